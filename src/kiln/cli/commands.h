@@ -1,0 +1,27 @@
+// The subcommands of `kiln`; each file in src/kiln/cli/ adds one.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string_view>
+
+#include "kiln/base/status.h"
+
+namespace kiln::cli {
+
+inline constexpr std::string_view kVersion = "0.1.0";
+
+struct Command {
+  CLI::App* subcommand;
+  std::function<int()> run;  // returns the process exit code
+};
+
+Command addInspectCommand(CLI::App& app);
+Command addRunCommand(CLI::App& app);
+
+// Prints "kiln: error: <message>" to stderr and returns the exit code for the status: 1 for
+// errors in the user's input, 3 for internal errors.
+int reportError(const Status& status);
+
+}  // namespace kiln::cli
