@@ -33,7 +33,11 @@ std::vector<int64_t> Shape::strides() const {
   return strides;
 }
 
-std::string Shape::toString() const { return fmt::format("[{}]", fmt::join(dims_, ",")); }
+std::string Shape::toString() const {
+  std::vector<std::string> parts;
+  for (int64_t dim : dims_) parts.push_back(dim < 0 ? "?" : std::to_string(dim));
+  return fmt::format("[{}]", fmt::join(parts, ","));
+}
 
 Result<int64_t> normalizeAxis(int64_t axis, int64_t rank) {
   if (axis < -rank || axis >= rank || (rank == 0 && axis != 0 && axis != -1)) {

@@ -289,11 +289,10 @@ class GraphImporter {
       const std::string domain = opset.domain() == "ai.onnx" ? "" : opset.domain();
       info.opsetImports[domain] = opset.version();
     }
+    // A model that uses only other domains need not import the default one; a node of a domain
+    // the model does not import is refused where it is imported.
     auto it = info.opsetImports.find("");
-    if (it == info.opsetImports.end()) {
-      return invalidInput("the model imports no opset of the default ONNX domain");
-    }
-    if (it->second < kMinOpset || it->second > kMaxOpset) {
+    if (it != info.opsetImports.end() && (it->second < kMinOpset || it->second > kMaxOpset)) {
       return unsupported("default-domain opset {} is outside the range kiln supports ({} to {})",
                          it->second, kMinOpset, kMaxOpset);
     }
@@ -340,6 +339,14 @@ class GraphImporter {
         }
       }
     } else {
+      if (!options_.inferShapes) {
+        // Describing the model as written: dynamic dimensions stay unknown (-1, printed '?').
+        for (int i = 0; i < rank; ++i) {
+          const auto& dim = tensorType.shape().dim(i);
+          dims.push_back(dim.has_dim_value() && !dim.has_dim_param() ? dim.dim_value() : -1);
+        }
+        return Shape(std::move(dims));
+      }
       if (!hasShape) {
         return invalidInput("input '{}' has no declared shape; give one with --shapes {}:DxD...",
                             info.name(), info.name());

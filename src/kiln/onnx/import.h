@@ -18,7 +18,9 @@ namespace kiln::onnx {
 // The IR versions and default-domain opsets kiln accepts.
 inline constexpr int64_t kMinIrVersion = 3;
 inline constexpr int64_t kMaxIrVersion = 10;
-inline constexpr int64_t kMinOpset = 7;
+// Opset 6 is accepted too: older exporters wrote it, and ops whose semantics changed at 7
+// (legacy broadcast attributes) are refused where those attributes appear.
+inline constexpr int64_t kMinOpset = 6;
 inline constexpr int64_t kMaxOpset = 21;
 
 struct ImportOptions {

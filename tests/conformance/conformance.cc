@@ -1,0 +1,279 @@
+// Runs the ONNX backend test data (Debian's libonnx-testdata) through kiln's importer and the
+// reference executor, compares with the expected outputs at the ONNX test runner's tolerances
+// (rtol 1e-3, atol 1e-7), and checks the outcome against the checked-in expected-failure list.
+//
+// Exit code 0: every test passed or failed as the list expects. 1: a test failed that the list
+// does not name, or a listed test now passes (remove it: the list may only shrink).
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "kiln/ir/op_schema.h"
+#include "kiln/onnx/import.h"
+#include "kiln/reference/executor.h"
+
+namespace fs = std::filesystem;
+using kiln::Result;
+using kiln::Status;
+using kiln::StatusCode;
+using kiln::ir::Tensor;
+
+namespace {
+
+constexpr double kRtol = 1e-3;
+constexpr double kAtol = 1e-7;
+
+enum class Outcome { kPass, kFail, kUnsupported };
+
+struct TestResult {
+  Outcome outcome = Outcome::kPass;
+  std::string reason;
+};
+
+std::vector<Tensor> readTensors(const fs::path& dir, const std::string& prefix, Status& status) {
+  std::vector<Tensor> tensors;
+  for (int i = 0;; ++i) {
+    const fs::path file = dir / (prefix + std::to_string(i) + ".pb");
+    if (!fs::exists(file)) break;
+    auto tensor = kiln::onnx::readTensorProtoFile(file);
+    if (!tensor.isOk()) {
+      status = tensor.status();
+      return {};
+    }
+    tensors.push_back(std::move(tensor->second));
+  }
+  return tensors;
+}
+
+// numpy.testing.assert_allclose semantics: |actual - expected| <= atol + rtol * |expected|,
+// NaNs equal NaNs, infinities must match exactly.
+std::string compareTensors(const Tensor& expected, const Tensor& actual) {
+  if (expected.dtype() != actual.dtype()) {
+    return fmt::format("dtype {} != expected {}", kiln::ir::dtypeName(actual.dtype()),
+                       kiln::ir::dtypeName(expected.dtype()));
+  }
+  if (expected.shape() != actual.shape()) {
+    return fmt::format("shape {} != expected {}", actual.shape().toString(),
+                       expected.shape().toString());
+  }
+  for (int64_t i = 0; i < expected.elementCount(); ++i) {
+    const double e = expected.elementAsDouble(i);
+    const double a = actual.elementAsDouble(i);
+    if (std::isnan(e) || std::isnan(a)) {
+      if (std::isnan(e) != std::isnan(a)) return fmt::format("element {}: {} != {}", i, a, e);
+      continue;
+    }
+    if (std::isinf(e) || std::isinf(a)) {
+      if (e != a) return fmt::format("element {}: {} != {}", i, a, e);
+      continue;
+    }
+    if (std::fabs(a - e) > kAtol + kRtol * std::fabs(e)) {
+      return fmt::format("element {}: {} != expected {}", i, a, e);
+    }
+  }
+  return "";
+}
+
+// Graph inputs that feed a position whose value determines output shapes (Reshape's shape,
+// TopK's K, ...): kiln compiles for static shapes, so the test binds them at build time.
+std::set<std::string> shapeDeterminingInputs(const kiln::ir::Graph& graph) {
+  std::set<std::string> runtimeInputs;
+  for (const auto* input : graph.inputs) runtimeInputs.insert(input->name);
+  std::set<std::string> result;
+  for (const auto& node : graph.nodes()) {
+    const auto* schema = kiln::ir::OpRegistry::instance().find(node->domain, node->opType);
+    if (!schema) continue;
+    for (int position : schema->shapeInputs) {
+      const auto* value = node->input(position);
+      if (value && runtimeInputs.count(value->name)) result.insert(value->name);
+    }
+  }
+  return result;
+}
+
+TestResult classify(const Status& status) {
+  return {status.code() == StatusCode::kUnsupported ? Outcome::kUnsupported : Outcome::kFail,
+          status.message()};
+}
+
+TestResult runDataSet(const fs::path& modelPath, const fs::path& dataDir) {
+  // The model first: it says whether the data files hold tensors (kiln refuses sequence and
+  // optional inputs, whose files would not parse as tensors).
+  kiln::onnx::ImportOptions untyped;
+  untyped.inferShapes = false;
+  auto raw = kiln::onnx::importModel(modelPath, untyped);
+  if (!raw.isOk()) return classify(raw.status());
+  Status status;
+  std::vector<Tensor> inputs = readTensors(dataDir, "input_", status);
+  if (!status.isOk()) return classify(status);
+  std::vector<Tensor> expected = readTensors(dataDir, "output_", status);
+  if (!status.isOk()) return classify(status);
+  const auto& rawInputs = raw->graph.inputs;
+  if (rawInputs.size() != inputs.size()) {
+    return {Outcome::kFail, fmt::format("model has {} inputs, test data {}", rawInputs.size(),
+                                        inputs.size())};
+  }
+  const std::set<std::string> bound = shapeDeterminingInputs(raw->graph);
+  kiln::onnx::ImportOptions options;
+  std::vector<Tensor> runtimeInputs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const std::string& name = rawInputs[i]->name;
+    if (bound.count(name)) {
+      options.constantInputs[name] = inputs[i];
+    } else {
+      options.inputShapes[name] = inputs[i].shape().dims();
+      runtimeInputs.push_back(inputs[i]);
+    }
+  }
+  auto model = kiln::onnx::importModel(modelPath, options);
+  if (!model.isOk()) return classify(model.status());
+  auto executor = kiln::reference::ReferenceExecutor::create(model->graph);
+  if (!executor.isOk()) return classify(executor.status());
+  auto outputs = executor->run(runtimeInputs);
+  if (!outputs.isOk()) return classify(outputs.status());
+  if (outputs->size() != expected.size()) {
+    return {Outcome::kFail, fmt::format("{} outputs, expected {}", outputs->size(),
+                                        expected.size())};
+  }
+  for (size_t i = 0; i < expected.size(); ++i) {
+    std::string mismatch = compareTensors(expected[i], (*outputs)[i]);
+    if (!mismatch.empty()) {
+      return {Outcome::kFail, fmt::format("output {} ('{}'): {}", i,
+                                          model->graph.outputs[i]->name, mismatch)};
+    }
+  }
+  return {};
+}
+
+TestResult runTest(const fs::path& testDir) {
+  const fs::path modelPath = testDir / "model.onnx";
+  std::vector<fs::path> dataSets;
+  for (const auto& entry : fs::directory_iterator(testDir)) {
+    if (entry.is_directory() && entry.path().filename().string().rfind("test_data_set_", 0) == 0) {
+      dataSets.push_back(entry.path());
+    }
+  }
+  std::sort(dataSets.begin(), dataSets.end());
+  if (dataSets.empty()) return {Outcome::kUnsupported, "no test_data_set_* folder"};
+  for (const auto& dataSet : dataSets) {
+    TestResult result = runDataSet(modelPath, dataSet);
+    if (result.outcome != Outcome::kPass) {
+      result.reason = dataSet.filename().string() + ": " + result.reason;
+      return result;
+    }
+  }
+  return {};
+}
+
+// "suite/test_name  reason..." lines; '#' starts a comment line.
+std::map<std::string, std::string> readExpectedFailures(const fs::path& path) {
+  std::map<std::string, std::string> entries;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const auto space = line.find_first_of(" \t");
+    const std::string name = line.substr(0, space);
+    const std::string reason =
+        space == std::string::npos ? "" : line.substr(line.find_first_not_of(" \t", space));
+    entries[name] = reason;
+  }
+  return entries;
+}
+
+std::string oneLine(std::string text) {
+  std::replace(text.begin(), text.end(), '\n', ' ');
+  if (text.size() > 300) text = text.substr(0, 297) + "...";
+  return text;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"kiln conformance: the ONNX backend test data through the reference executor"};
+  std::string dataDir = "/usr/share/libonnx-testdata/data";
+  std::vector<std::string> suites = {"node", "pytorch-converted", "pytorch-operator", "simple"};
+  std::string filter;
+  std::string expectedPath;
+  std::string writeExpected;
+  bool verbose = false;
+  app.add_option("--data-dir", dataDir, "libonnx-testdata's data folder");
+  app.add_option("--suites", suites, "suites to run")->delimiter(',');
+  app.add_option("--filter", filter, "run only tests whose suite/name contains this text");
+  app.add_option("--expected-failures", expectedPath, "the expected-failure list to check");
+  app.add_option("--write-expected", writeExpected,
+                 "write the list of failing tests, with their reasons, to this file");
+  app.add_flag("-v,--verbose", verbose, "print every test's outcome");
+  CLI11_PARSE(app, argc, argv);
+
+  if (!fs::is_directory(dataDir)) {
+    std::fprintf(stderr, "conformance: '%s' is not a folder (install libonnx-testdata)\n",
+                 dataDir.c_str());
+    return 2;
+  }
+  const auto expected = expectedPath.empty() ? std::map<std::string, std::string>{}
+                                             : readExpectedFailures(expectedPath);
+  std::map<std::string, TestResult> results;
+  for (const auto& suite : suites) {
+    std::vector<fs::path> tests;
+    for (const auto& entry : fs::directory_iterator(fs::path(dataDir) / suite)) {
+      if (entry.is_directory()) tests.push_back(entry.path());
+    }
+    std::sort(tests.begin(), tests.end());
+    for (const auto& test : tests) {
+      const std::string name = suite + "/" + test.filename().string();
+      if (!filter.empty() && name.find(filter) == std::string::npos) continue;
+      results[name] = runTest(test);
+    }
+  }
+
+  int passed = 0, failed = 0, unsupportedCount = 0;
+  std::vector<std::string> unexpectedFailures, unexpectedPasses;
+  for (const auto& [name, result] : results) {
+    const bool listed = expected.count(name) > 0;
+    switch (result.outcome) {
+      case Outcome::kPass: ++passed; break;
+      case Outcome::kFail: ++failed; break;
+      case Outcome::kUnsupported: ++unsupportedCount; break;
+    }
+    if (verbose || (result.outcome == Outcome::kFail && !listed && !expectedPath.empty())) {
+      const char* tag = result.outcome == Outcome::kPass ? "PASS"
+                        : result.outcome == Outcome::kFail ? "FAIL"
+                                                           : "UNSUPPORTED";
+      std::printf("%-12s %s %s\n", tag, name.c_str(), oneLine(result.reason).c_str());
+    }
+    if (result.outcome != Outcome::kPass && !listed) unexpectedFailures.push_back(name);
+    if (result.outcome == Outcome::kPass && listed) unexpectedPasses.push_back(name);
+  }
+  if (!writeExpected.empty()) {
+    std::ofstream out(writeExpected);
+    out << "# ONNX backend tests that kiln's reference executor does not pass yet, with the reason.\n"
+           "# This list may only shrink: tests/conformance/conformance.cc fails when a listed test\n"
+           "# passes. Regenerate with: kiln_conformance --write-expected <file>\n";
+    for (const auto& [name, result] : results) {
+      if (result.outcome == Outcome::kPass) continue;
+      out << name << "  "
+          << (result.outcome == Outcome::kUnsupported ? "unsupported: " : "fails: ")
+          << oneLine(result.reason) << "\n";
+    }
+  }
+
+  std::printf("conformance: %d tests: %d passed, %d failed, %d unsupported\n",
+              static_cast<int>(results.size()), passed, failed, unsupportedCount);
+  if (expectedPath.empty()) return 0;
+  for (const auto& name : unexpectedFailures) {
+    std::printf("UNEXPECTED FAILURE %s: %s\n", name.c_str(),
+                oneLine(results[name].reason).c_str());
+  }
+  for (const auto& name : unexpectedPasses) {
+    std::printf("UNEXPECTED PASS %s: remove it from %s\n", name.c_str(), expectedPath.c_str());
+  }
+  return unexpectedFailures.empty() && unexpectedPasses.empty() ? 0 : 1;
+}
