@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "kiln/base/file.h"
 #include "kiln/ir/shape_inference.h"
 #include "kiln/reference/executor.h"
 #include "onnx.pb.h"
@@ -44,18 +45,6 @@ Result<DType> dtypeFromOnnx(int32_t type) {
     case ::onnx::TensorProto::UNDEFINED: return invalidInput("element type is undefined");
     default: return unsupported("element type {} is not supported", type);
   }
-}
-
-Result<std::string> readFile(const fs::path& path) {
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return ioError("'{}' does not exist", path.string());
-  if (fs::is_directory(path, ec)) return ioError("'{}' is a directory, not a file", path.string());
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return ioError("cannot open '{}': {}", path.string(), std::strerror(errno));
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) return ioError("error reading '{}'", path.string());
-  return buffer.str();
 }
 
 bool parseProto(const std::string& bytes, google::protobuf::MessageLite& message) {
@@ -209,7 +198,7 @@ Result<Tensor> tensorFromProto(const ::onnx::TensorProto& proto, const fs::path&
 }
 
 Result<std::pair<std::string, Tensor>> readTensorProtoFile(const fs::path& path) {
-  KILN_ASSIGN_OR_RETURN(std::string bytes, readFile(path));
+  KILN_ASSIGN_OR_RETURN(std::string bytes, readFileBytes(path));
   ::onnx::TensorProto proto;
   if (!parseProto(bytes, proto)) {
     return invalidInput("'{}' is not a serialized ONNX TensorProto", path.string());
@@ -563,7 +552,7 @@ Result<Model> importModelFromBytes(const std::string& bytes, const fs::path& bas
 }
 
 Result<Model> importModel(const fs::path& path, const ImportOptions& options) {
-  KILN_ASSIGN_OR_RETURN(std::string bytes, readFile(path));
+  KILN_ASSIGN_OR_RETURN(std::string bytes, readFileBytes(path));
   auto model = importModelFromBytes(bytes, path.parent_path(), options);
   if (!model.isOk()) return model.status().withContext(path.string());
   return model;

@@ -1,0 +1,146 @@
+// .npy/.npz reading (against files numpy wrote) and writing (round trips, atomicity).
+#include "kiln/ir/npy.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "kiln/base/file.h"
+
+namespace kiln::ir {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kData = fs::path(KILN_TEST_DATA_DIR) / "npy";
+
+void expectFloats(const Tensor& t, const std::vector<float>& expected) {
+  ASSERT_EQ(t.dtype(), DType::kFloat32);
+  auto data = t.data<float>();
+  ASSERT_EQ(data.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) EXPECT_FLOAT_EQ(data[i], expected[i]) << i;
+}
+
+fs::path scratchDir() {
+  fs::path dir = fs::temp_directory_path() /
+                 ("kiln_npy_test_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()));
+  fs::create_directories(dir);
+  return dir;
+}
+
+TEST(Npy, ReadsCOrderFloat32) {
+  auto t = readNpy(kData / "c_float32.npy");
+  ASSERT_TRUE(t.isOk()) << t.status().message();
+  EXPECT_EQ(t->shape(), Shape({2, 3}));
+  expectFloats(*t, {0, 0.25, 0.5, 0.75, 1.0, 1.25});
+}
+
+TEST(Npy, ConvertsFortranOrderToRowMajor) {
+  auto t = readNpy(kData / "fortran_float32.npy");
+  ASSERT_TRUE(t.isOk()) << t.status().message();
+  EXPECT_EQ(t->shape(), Shape({2, 3}));
+  expectFloats(*t, {0, 0.25, 0.5, 0.75, 1.0, 1.25});
+}
+
+TEST(Npy, SwapsBigEndian) {
+  auto t = readNpy(kData / "bigendian_int32.npy");
+  ASSERT_TRUE(t.isOk()) << t.status().message();
+  ASSERT_EQ(t->dtype(), DType::kInt32);
+  EXPECT_EQ(std::vector<int32_t>(t->data<int32_t>().begin(), t->data<int32_t>().end()),
+            (std::vector<int32_t>{1, -2, 3, 400000}));
+}
+
+TEST(Npy, ReadsBoolScalarAndHalf) {
+  auto b = readNpy(kData / "bool.npy");
+  ASSERT_TRUE(b.isOk());
+  EXPECT_EQ(b->dtype(), DType::kBool);
+  EXPECT_TRUE(b->data<bool>()[0]);
+  EXPECT_FALSE(b->data<bool>()[1]);
+  auto s = readNpy(kData / "scalar_float64.npy");
+  ASSERT_TRUE(s.isOk());
+  EXPECT_EQ(s->rank(), 0u);
+  EXPECT_EQ(s->data<double>()[0], 2.5);
+  auto h = readNpy(kData / "float16.npy");
+  ASSERT_TRUE(h.isOk());
+  EXPECT_EQ(static_cast<float>(h->data<Float16>()[0]), 1.5f);
+  EXPECT_EQ(static_cast<float>(h->data<Float16>()[1]), -0.25f);
+}
+
+TEST(Npz, ReadsStoredAndCompressedArchives) {
+  for (const char* file : {"pair_stored.npz", "pair_compressed.npz"}) {
+    auto tensors = readNpz(kData / file);
+    ASSERT_TRUE(tensors.isOk()) << file << ": " << tensors.status().message();
+    ASSERT_EQ(tensors->size(), 2u);
+    EXPECT_EQ((*tensors)[0].first, "x");
+    expectFloats((*tensors)[0].second, {0, 0.25, 0.5, 0.75, 1.0, 1.25});
+    EXPECT_EQ((*tensors)[1].first, "mask");
+    EXPECT_EQ((*tensors)[1].second.shape(), Shape({1, 3}));
+    EXPECT_EQ((*tensors)[1].second.data<int64_t>()[2], 1);
+  }
+}
+
+TEST(Npy, RoundTripsEveryNumpyDType) {
+  const fs::path dir = scratchDir();
+  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kFloat64, DType::kInt64,
+                      DType::kInt32, DType::kInt16, DType::kInt8, DType::kUInt64, DType::kUInt32,
+                      DType::kUInt16, DType::kUInt8, DType::kBool}) {
+    Tensor source = Tensor::fromVector<float>(Shape{2, 2}, {1, 0, 3, 4}).castTo(dtype);
+    const fs::path file = dir / "t.npy";
+    ASSERT_TRUE(writeNpy(file, source).isOk());
+    auto back = readNpy(file);
+    ASSERT_TRUE(back.isOk()) << back.status().message();
+    EXPECT_EQ(back->dtype(), dtype);
+    EXPECT_EQ(back->shape(), source.shape());
+    EXPECT_EQ(std::memcmp(back->rawData(), source.rawData(), source.byteSize()), 0);
+  }
+  fs::remove_all(dir);
+}
+
+TEST(Npz, RoundTripsCompressed) {
+  const fs::path dir = scratchDir();
+  NamedTensors tensors = {{"a", Tensor::fromVector<float>(Shape{3}, {1, 2, 3})},
+                          {"b", Tensor::scalar<int64_t>(7)}};
+  ASSERT_TRUE(writeNpz(dir / "o.npz", tensors, /*compressed=*/true).isOk());
+  auto back = readNpz(dir / "o.npz");
+  ASSERT_TRUE(back.isOk()) << back.status().message();
+  ASSERT_EQ(back->size(), 2u);
+  EXPECT_EQ((*back)[1].first, "b");
+  EXPECT_EQ((*back)[1].second.data<int64_t>()[0], 7);
+  EXPECT_FALSE(fs::exists(temporaryPathFor(dir / "o.npz")));
+  fs::remove_all(dir);
+}
+
+TEST(Npy, RefusesBFloat16WithReason) {
+  auto bytes = serializeNpy(Tensor(DType::kBFloat16, Shape{1}));
+  ASSERT_FALSE(bytes.isOk());
+  EXPECT_NE(bytes.status().message().find("numpy has no such dtype"), std::string::npos);
+}
+
+TEST(Npy, RejectsTruncatedData) {
+  auto whole = readFileBytes(kData / "c_float32.npy");
+  ASSERT_TRUE(whole.isOk());
+  auto t = parseNpy(std::string_view(*whole).substr(0, whole->size() - 4), "cut.npy");
+  ASSERT_FALSE(t.isOk());
+  EXPECT_EQ(t.status().message(),
+            "cut.npy: .npy data holds 20 bytes, but shape [2,3] of float32 needs 24");
+}
+
+TEST(Npy, RejectsNonNpy) {
+  auto t = parseNpy("hello, this is not numpy", "x.npy");
+  ASSERT_FALSE(t.isOk());
+  EXPECT_EQ(t.status().message(), "x.npy: not a .npy file (bad magic)");
+}
+
+TEST(Npz, RejectsNonZip) {
+  const fs::path dir = scratchDir();
+  ASSERT_TRUE(writeFileAtomically(dir / "bad.npz", "not a zip file at all").isOk());
+  auto t = readNpz(dir / "bad.npz");
+  ASSERT_FALSE(t.isOk());
+  EXPECT_NE(t.status().message().find("is not a readable .npz (zip) archive"), std::string::npos)
+      << t.status().message();
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace kiln::ir

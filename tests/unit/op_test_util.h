@@ -1,0 +1,68 @@
+// Builds a one-node graph, runs kiln's shape inference and the reference executor on it: the
+// harness for op tests that the ONNX conformance data does not cover.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kiln/ir/graph.h"
+#include "kiln/ir/shape_inference.h"
+#include "kiln/reference/executor.h"
+
+namespace kiln::testing {
+
+struct OpInput {
+  ir::Tensor tensor;
+  bool constant = false;  // known at build time (an initializer) rather than a runtime input
+};
+
+// Runs `opType` on `inputs` (an empty Tensor with constant=false and rank 0 from
+// `OpInput{}` stands for an omitted optional input) and returns its outputs.
+inline Result<std::vector<ir::Tensor>> runSingleOp(
+    const std::string& opType, const std::vector<OpInput>& inputs,
+    const std::map<std::string, ir::Attribute>& attributes = {}, int opset = 18,
+    int outputCount = 1) {
+  ir::Graph graph;
+  ir::Node* node = graph.addNode(opType);
+  node->name = "node";
+  node->opsetVersion = opset;
+  node->attributes = attributes;
+  std::vector<ir::Tensor> runtime;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].tensor.empty() && !inputs[i].constant) {
+      node->inputs.push_back(nullptr);
+      continue;
+    }
+    ir::Value* value = graph.addValue("in" + std::to_string(i));
+    value->dtype = inputs[i].tensor.dtype();
+    value->shape = inputs[i].tensor.shape();
+    value->hasType = true;
+    if (inputs[i].constant) {
+      value->constant = inputs[i].tensor;
+      value->isInitializer = true;
+    } else {
+      graph.inputs.push_back(value);
+      runtime.push_back(inputs[i].tensor);
+    }
+    node->inputs.push_back(value);
+  }
+  for (int i = 0; i < outputCount; ++i) {
+    ir::Value* value = graph.addValue("out" + std::to_string(i));
+    value->producer = node;
+    node->outputs.push_back(value);
+    graph.outputs.push_back(value);
+  }
+  // No folding: the op itself must run through the executor, as it would on runtime data.
+  KILN_RETURN_IF_ERROR(ir::inferShapes(graph, nullptr));
+  KILN_ASSIGN_OR_RETURN(auto executor, reference::ReferenceExecutor::create(graph));
+  return executor.run(runtime);
+}
+
+inline ir::Attribute intAttr(int64_t v) { return {v}; }
+inline ir::Attribute floatAttr(float v) { return {v}; }
+inline ir::Attribute stringAttr(std::string v) { return {std::move(v)}; }
+inline ir::Attribute intsAttr(std::vector<int64_t> v) { return {std::move(v)}; }
+inline ir::Attribute floatsAttr(std::vector<float> v) { return {std::move(v)}; }
+
+}  // namespace kiln::testing
