@@ -274,6 +274,10 @@ class GraphImporter {
       return unsupported("IR version {} is outside the range kiln supports ({} to {})",
                          info.irVersion, kMinIrVersion, kMaxIrVersion);
     }
+    if (model_.opset_import_size() == 0) {
+      return invalidInput("the model imports no opset (opset_import is empty); the file may be "
+                          "truncated");
+    }
     for (const auto& opset : model_.opset_import()) {
       const std::string domain = opset.domain() == "ai.onnx" ? "" : opset.domain();
       info.opsetImports[domain] = opset.version();

@@ -1,0 +1,239 @@
+// The kiln binary as a user runs it: good runs, and bad input that must fail with a message a
+// user can act on, never a crash.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "kiln/base/file.h"
+#include "kiln/ir/npy.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Outcome {
+  int exitCode = -1;
+  std::string out;
+  std::string err;
+};
+
+class KilnCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() / fmt::format("kiln_e2e_{}_{}", info->name(), ::getpid());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  Outcome kiln(const std::string& args) {
+    const fs::path out = dir_ / "stdout.txt";
+    const fs::path err = dir_ / "stderr.txt";
+    const std::string command = fmt::format("'{}' {} > '{}' 2> '{}'", KILN_BINARY, args,
+                                            out.string(), err.string());
+    const int status = std::system(command.c_str());
+    Outcome outcome;
+    // A signal (a crash) shows as a non-exited status: the tests treat it as a failure.
+    outcome.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    outcome.out = kiln::readFileBytes(out).value();
+    outcome.err = kiln::readFileBytes(err).value();
+    return outcome;
+  }
+
+  static fs::path model(const std::string& stem) {
+    return fs::path(KILN_E2E_MODEL_DIR) / (stem + ".onnx");
+  }
+
+  // Copies a fixture model into the scratch folder (for external-data layouts).
+  fs::path stage(const std::string& stem, const fs::path& folder) {
+    fs::create_directories(folder);
+    const fs::path target = folder / (stem + ".onnx");
+    fs::copy_file(model(stem), target, fs::copy_options::overwrite_existing);
+    return target;
+  }
+
+  void writeFile(const fs::path& path, const std::string& bytes) {
+    ASSERT_TRUE(kiln::writeFileAtomically(path, bytes).isOk());
+  }
+
+  fs::path dir_;
+};
+
+void expectUserError(const Outcome& outcome, const std::string& message) {
+  EXPECT_EQ(outcome.exitCode, 1) << outcome.err;
+  EXPECT_NE(outcome.err.find(message), std::string::npos)
+      << "stderr was: " << outcome.err << "\nexpected to contain: " << message;
+}
+
+TEST_F(KilnCli, InspectDescribesTheSampleModel) {
+  Outcome outcome = kiln(fmt::format("inspect '{}'", KILN_SAMPLE_MODEL));
+  ASSERT_EQ(outcome.exitCode, 0) << outcome.err;
+  EXPECT_NE(outcome.out.find("image : float32[1,3,32,32]"), std::string::npos) << outcome.out;
+  EXPECT_NE(outcome.out.find("probs : float32[1,10]"), std::string::npos) << outcome.out;
+  EXPECT_NE(outcome.out.find("Conv                     4"), std::string::npos) << outcome.out;
+  // 3*16*9+16 + 4*16 + 2*(16*16*9+16) + 16*32+32 + 32*10+10
+  EXPECT_NE(outcome.out.find("parameters: 6026"), std::string::npos) << outcome.out;
+}
+
+TEST_F(KilnCli, RunSavesOutputsThatSumToOne) {
+  const fs::path outputs = dir_ / "out.npz";
+  Outcome outcome =
+      kiln(fmt::format("run '{}' --saveOutputs '{}'", KILN_SAMPLE_MODEL, outputs.string()));
+  ASSERT_EQ(outcome.exitCode, 0) << outcome.err;
+  auto saved = kiln::ir::readNpz(outputs);
+  ASSERT_TRUE(saved.isOk()) << saved.status().message();
+  ASSERT_EQ(saved->size(), 1u);
+  EXPECT_EQ((*saved)[0].first, "probs");
+  double sum = 0;
+  for (float p : (*saved)[0].second.data<float>()) {
+    EXPECT_GE(p, 0.0f);
+    sum += p;
+  }
+  EXPECT_NEAR(sum, 1.0, 1e-5);
+}
+
+TEST_F(KilnCli, RunIsDeterministicForASeedAndLoadsInputs) {
+  const fs::path first = dir_ / "a.npz";
+  const fs::path second = dir_ / "b.npz";
+  ASSERT_EQ(kiln(fmt::format("run '{}' --seed 7 --saveOutputs '{}'", KILN_SAMPLE_MODEL,
+                             first.string())).exitCode, 0);
+  // Feeding an input file gives the outputs of that input, not of random data.
+  kiln::ir::Tensor zeros(kiln::ir::DType::kFloat32, kiln::ir::Shape{1, 3, 32, 32});
+  ASSERT_TRUE(kiln::ir::writeNpy(dir_ / "zeros.npy", zeros).isOk());
+  ASSERT_EQ(kiln(fmt::format("run '{}' --loadInputs image:'{}' --saveOutputs '{}'",
+                             KILN_SAMPLE_MODEL, (dir_ / "zeros.npy").string(),
+                             second.string())).exitCode, 0);
+  const fs::path third = dir_ / "c.npz";
+  ASSERT_EQ(kiln(fmt::format("run '{}' --seed 7 --saveOutputs '{}'", KILN_SAMPLE_MODEL,
+                             third.string())).exitCode, 0);
+  auto a = kiln::ir::readNpz(first).value()[0].second;
+  auto b = kiln::ir::readNpz(second).value()[0].second;
+  auto c = kiln::ir::readNpz(third).value()[0].second;
+  EXPECT_EQ(std::memcmp(a.rawData(), c.rawData(), a.byteSize()), 0);
+  EXPECT_NE(std::memcmp(a.rawData(), b.rawData(), a.byteSize()), 0);
+}
+
+TEST_F(KilnCli, RefusesTruncatedModel) {
+  auto bytes = kiln::readFileBytes(KILN_SAMPLE_MODEL).value();
+  // Cut inside the first initializer's raw data, and at several other points.
+  for (size_t cut : {bytes.size() / 2, bytes.size() - 3, size_t{5}}) {
+    const fs::path path = dir_ / "truncated.onnx";
+    writeFile(path, bytes.substr(0, cut));
+    Outcome outcome = kiln(fmt::format("inspect '{}'", path.string()));
+    EXPECT_EQ(outcome.exitCode, 1) << "cut at " << cut << ": " << outcome.err;
+    EXPECT_TRUE(outcome.err.find("truncated") != std::string::npos ||
+                outcome.err.find("not an ONNX model") != std::string::npos)
+        << "cut at " << cut << ": " << outcome.err;
+  }
+}
+
+TEST_F(KilnCli, RefusesFilesThatAreNotOnnx) {
+  const fs::path text = dir_ / "notes.onnx";
+  writeFile(text, "this is a text file, not a model\n");
+  expectUserError(kiln(fmt::format("inspect '{}'", text.string())), "not");
+  const fs::path npy = fs::path(KILN_TEST_DATA_DIR) / "npy" / "c_float32.npy";
+  expectUserError(kiln(fmt::format("inspect '{}'", npy.string())), "ONNX model");
+  const fs::path empty = dir_ / "empty.onnx";
+  writeFile(empty, "");
+  expectUserError(kiln(fmt::format("inspect '{}'", empty.string())),
+                  "the file is empty, not an ONNX model");
+  expectUserError(kiln(fmt::format("inspect '{}'", (dir_ / "absent.onnx").string())),
+                  "absent.onnx' does not exist");
+}
+
+TEST_F(KilnCli, RefusesExternalDataOutsideTheModelFolder) {
+  const fs::path folder = dir_ / "model";
+  writeFile(dir_ / "outside.bin", std::string(16, '\0'));
+  expectUserError(kiln(fmt::format("inspect '{}'", stage("external_escape", folder).string())),
+                  "external data location '../outside.bin' leaves the model's folder ('..')");
+  expectUserError(
+      kiln(fmt::format("inspect '{}'", stage("external_absolute", folder).string())),
+      "external data location '/etc/hostname' is an absolute path");
+  fs::create_symlink(dir_ / "outside.bin", folder / "link.bin");
+  expectUserError(kiln(fmt::format("inspect '{}'", stage("external_symlink", folder).string())),
+                  "outside the model's folder");
+}
+
+TEST_F(KilnCli, ChecksExternalDataBounds) {
+  const fs::path folder = dir_ / "model";
+  expectUserError(kiln(fmt::format("inspect '{}'", stage("external_missing", folder).string())),
+                  "external data file 'missing.bin' does not exist");
+  writeFile(folder / "weights.bin", std::string(16, '\0'));
+  expectUserError(
+      kiln(fmt::format("inspect '{}'", stage("external_out_of_bounds", folder).string())),
+      "external data range [offset 8, length 16] is out of bounds of 'weights.bin' (16 bytes)");
+  Outcome ok = kiln(fmt::format("inspect '{}'", stage("external_ok", folder).string()));
+  EXPECT_EQ(ok.exitCode, 0) << ok.err;
+  EXPECT_NE(ok.out.find("parameters: 4"), std::string::npos) << ok.out;
+}
+
+TEST_F(KilnCli, RefusesOverflowingDimensions) {
+  expectUserError(kiln(fmt::format("run '{}'", model("overflow_dims").string())),
+                  "input 'x': shape [4294967296,4294967296,8] has more than 2^40 elements");
+  expectUserError(kiln(fmt::format("inspect '{}'", model("overflow_initializer").string())),
+                  "tensor 'w': shape [3037000500,3037000500,3] has more than 2^40 elements");
+}
+
+TEST_F(KilnCli, NamesTheUnknownOp) {
+  expectUserError(kiln(fmt::format("run '{}'", model("unknown_op").string())),
+                  "node 'mystery' (FooBar, opset 18): kiln does not support op 'FooBar'");
+}
+
+TEST_F(KilnCli, NamesTheAttributeOfTheWrongType) {
+  expectUserError(kiln(fmt::format("run '{}'", model("bad_attribute_type").string())),
+                  "node 'const' (Constant, opset 18): attribute 'value_int' must be of type "
+                  "int, got float");
+}
+
+TEST_F(KilnCli, RequiresShapesForDynamicDimensions) {
+  expectUserError(kiln(fmt::format("run '{}'", model("dynamic_dim").string())),
+                  "input 'x' dimension 0 ('batch') is dynamic; fix it with --shapes x:DxD...");
+  Outcome ok = kiln(fmt::format("run '{}' --shapes x:4x3", model("dynamic_dim").string()));
+  EXPECT_EQ(ok.exitCode, 0) << ok.err;
+  EXPECT_NE(ok.out.find("y : float32[4,3]"), std::string::npos) << ok.out;
+  expectUserError(kiln(fmt::format("run '{}' --shapes x:4x5", model("dynamic_dim").string())),
+                  "--shapes gives input 'x' dimension 1 = 5, but the model fixes it to 3");
+  expectUserError(kiln(fmt::format("run '{}' --shapes y:4x3", model("dynamic_dim").string())),
+                  "--shapes names 'y', which is not an input of the model");
+  expectUserError(kiln(fmt::format("run '{}' --shapes x:4xq", model("dynamic_dim").string())),
+                  "--shapes entry 'x:4xq': 'q' is not a non-negative dimension");
+}
+
+TEST_F(KilnCli, RefusesOpsetFromTheFuture) {
+  expectUserError(kiln(fmt::format("run '{}'", model("future_opset").string())),
+                  "default-domain opset 99 is outside the range kiln supports (6 to 21)");
+}
+
+TEST_F(KilnCli, NamesAnUndefinedInput) {
+  expectUserError(kiln(fmt::format("inspect '{}'", model("undefined_input").string())),
+                  "input 'nowhere' is neither a graph input, an initializer nor the output of an "
+                  "earlier node");
+}
+
+TEST_F(KilnCli, RefusesInitializerWhoseDataDisagreesWithItsShape) {
+  expectUserError(kiln(fmt::format("inspect '{}'", model("raw_size_mismatch").string())),
+                  "tensor 'w': declared shape [4] of float32 needs 16 bytes, but raw_data holds 4");
+}
+
+TEST_F(KilnCli, RefusesInputFilesThatDoNotFit) {
+  kiln::ir::Tensor ints(kiln::ir::DType::kInt32, kiln::ir::Shape{1, 3, 32, 32});
+  ASSERT_TRUE(kiln::ir::writeNpy(dir_ / "ints.npy", ints).isOk());
+  expectUserError(kiln(fmt::format("run '{}' --loadInputs image:'{}'", KILN_SAMPLE_MODEL,
+                                   (dir_ / "ints.npy").string())),
+                  "input 'image' is float32 in the model, but the file holds int32");
+  kiln::ir::Tensor small(kiln::ir::DType::kFloat32, kiln::ir::Shape{1, 3, 8, 8});
+  ASSERT_TRUE(kiln::ir::writeNpy(dir_ / "small.npy", small).isOk());
+  expectUserError(kiln(fmt::format("run '{}' --loadInputs image:'{}'", KILN_SAMPLE_MODEL,
+                                   (dir_ / "small.npy").string())),
+                  "--shapes gives input 'image' dimension 2 = 8, but the model fixes it to 32");
+  expectUserError(kiln(fmt::format("run '{}' --loadInputs other:'{}'", KILN_SAMPLE_MODEL,
+                                   (dir_ / "small.npy").string())),
+                  "--shapes names 'other', which is not an input of the model");
+}
+
+}  // namespace
