@@ -1,17 +1,28 @@
 // Graph construction and typed attribute access.
 #include "kiln/ir/graph.h"
 
+#include <algorithm>
+#include <set>
+#include <unordered_set>
+
 namespace kiln::ir {
 
 const char* attributeKindName(Attribute::Kind kind) {
   switch (kind) {
-    case Attribute::Kind::kInt: return "int";
-    case Attribute::Kind::kFloat: return "float";
-    case Attribute::Kind::kString: return "string";
-    case Attribute::Kind::kTensor: return "tensor";
-    case Attribute::Kind::kInts: return "ints";
-    case Attribute::Kind::kFloats: return "floats";
-    case Attribute::Kind::kStrings: return "strings";
+    case Attribute::Kind::kInt:
+      return "int";
+    case Attribute::Kind::kFloat:
+      return "float";
+    case Attribute::Kind::kString:
+      return "string";
+    case Attribute::Kind::kTensor:
+      return "tensor";
+    case Attribute::Kind::kInts:
+      return "ints";
+    case Attribute::Kind::kFloats:
+      return "floats";
+    case Attribute::Kind::kStrings:
+      return "strings";
   }
   return "unknown";
 }
@@ -96,6 +107,123 @@ int64_t Graph::parameterCount() const {
     if (value->isInitializer && value->constant) count += value->constant->elementCount();
   }
   return count;
+}
+
+Node* Graph::insertNode(std::string opType, const Node* position) {
+  auto node = std::make_unique<Node>();
+  node->opType = std::move(opType);
+  Node* raw = node.get();
+  auto it = std::find_if(nodes_.begin(), nodes_.end(),
+                         [&](const std::unique_ptr<Node>& n) { return n.get() == position; });
+  nodes_.insert(it, std::move(node));
+  return raw;
+}
+
+Value* Graph::addUniqueValue(const std::string& base) {
+  std::string name = base;
+  for (int suffix = 1; valuesByName_.count(name); ++suffix) {
+    name = base + "_" + std::to_string(suffix);
+  }
+  return addValue(name);
+}
+
+void Graph::renameValue(Value* value, const std::string& newName) {
+  KILN_CHECK(!valuesByName_.count(newName) || valuesByName_[newName] == value);
+  valuesByName_.erase(value->name);
+  value->name = newName;
+  valuesByName_[newName] = value;
+}
+
+void Graph::replaceAllUses(Value* from, Value* to) {
+  for (auto& node : nodes_) {
+    std::replace(node->inputs.begin(), node->inputs.end(), from, to);
+  }
+  std::replace(outputs.begin(), outputs.end(), from, to);
+}
+
+size_t Graph::removeNodes(const std::function<bool(const Node&)>& remove) {
+  const size_t before = nodes_.size();
+  std::erase_if(nodes_, [&](const std::unique_ptr<Node>& node) {
+    if (!remove(*node)) return false;
+    for (Value* output : node->outputs) {
+      if (output && output->producer == node.get()) output->producer = nullptr;
+    }
+    return true;
+  });
+  return before - nodes_.size();
+}
+
+size_t Graph::removeUnusedValues() {
+  std::unordered_set<const Value*> used(inputs.begin(), inputs.end());
+  used.insert(outputs.begin(), outputs.end());
+  for (const auto& node : nodes_) {
+    used.insert(node->inputs.begin(), node->inputs.end());
+    used.insert(node->outputs.begin(), node->outputs.end());
+  }
+  const size_t before = values_.size();
+  std::erase_if(values_, [&](const std::unique_ptr<Value>& value) {
+    if (used.count(value.get())) return false;
+    auto it = valuesByName_.find(value->name);
+    if (it != valuesByName_.end() && it->second == value.get()) valuesByName_.erase(it);
+    return true;
+  });
+  return before - values_.size();
+}
+
+std::vector<Node*> Graph::consumers(const Value* value) const {
+  std::vector<Node*> readers;
+  for (const auto& node : nodes_) {
+    if (std::find(node->inputs.begin(), node->inputs.end(), value) != node->inputs.end()) {
+      readers.push_back(node.get());
+    }
+  }
+  return readers;
+}
+
+bool Graph::isGraphOutput(const Value* value) const {
+  return std::find(outputs.begin(), outputs.end(), value) != outputs.end();
+}
+
+Status Graph::verify() const {
+  std::unordered_set<const Value*> owned;
+  std::set<std::string> names;
+  for (const auto& value : values_) {
+    owned.insert(value.get());
+    if (!value->name.empty() && !names.insert(value->name).second) {
+      return internalError("graph invariant: value name '{}' is used twice", value->name);
+    }
+  }
+  std::unordered_set<const Value*> defined(inputs.begin(), inputs.end());
+  for (const auto& value : values_) {
+    if (value->constant) defined.insert(value.get());
+  }
+  for (const auto& node : nodes_) {
+    for (const Value* input : node->inputs) {
+      if (!input) continue;
+      if (!owned.count(input)) {
+        return internalError("graph invariant: {} reads a value the graph does not own",
+                             node->describe());
+      }
+      if (!defined.count(input)) {
+        return internalError("graph invariant: {} reads '{}' before it is defined",
+                             node->describe(), input->name);
+      }
+    }
+    for (const Value* output : node->outputs) {
+      if (!output) continue;
+      if (output->producer != node.get()) {
+        return internalError("graph invariant: output '{}' of {} names another producer",
+                             output->name, node->describe());
+      }
+      defined.insert(output);
+    }
+  }
+  for (const Value* output : outputs) {
+    if (!defined.count(output)) {
+      return internalError("graph invariant: graph output '{}' is not defined", output->name);
+    }
+  }
+  return Status::ok();
 }
 
 }  // namespace kiln::ir

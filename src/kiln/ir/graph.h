@@ -2,6 +2,7 @@
 // topological order.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -34,9 +35,9 @@ struct Value {
   DType dtype = DType::kFloat32;
   Shape shape;
   bool hasType = false;
-  Node* producer = nullptr;           // null for graph inputs and initializers
-  std::optional<Tensor> constant;     // known at build time
-  bool isInitializer = false;         // came from the model's initializer list
+  Node* producer = nullptr;        // null for graph inputs and initializers
+  std::optional<Tensor> constant;  // known at build time
+  bool isInitializer = false;      // came from the model's initializer list
 };
 
 class Node {
@@ -45,7 +46,7 @@ class Node {
   std::string opType;  // "Conv"
   std::string domain;  // "" for the default ONNX domain
   int opsetVersion = 0;
-  std::vector<Value*> inputs;  // null for an omitted optional input
+  std::vector<Value*> inputs;   // null for an omitted optional input
   std::vector<Value*> outputs;  // null for an omitted optional output
   std::map<std::string, Attribute> attributes;
 
@@ -81,7 +82,7 @@ class Graph {
 
   std::string name;
   std::map<std::string, int> opsetImports;  // domain -> version
-  std::vector<Value*> inputs;   // runtime inputs, in order (initializers excluded)
+  std::vector<Value*> inputs;               // runtime inputs, in order (initializers excluded)
   std::vector<Value*> outputs;
 
   Value* addValue(std::string valueName);
@@ -92,6 +93,29 @@ class Graph {
 
   // Number of parameters: elements of all initializers.
   int64_t parameterCount() const;
+
+  // --- Mutation, for passes. Node order stays topological when passes insert new nodes just
+  // before the first node that reads their outputs.
+
+  // A new node placed just before `position` in the node order (at the end if null).
+  Node* insertNode(std::string opType, const Node* position);
+  // A new value with a name no other value has, derived from `base`.
+  Value* addUniqueValue(const std::string& base);
+  // Renames a value; the name must not be taken.
+  void renameValue(Value* value, const std::string& newName);
+  // Points every reader of `from` (node inputs, graph outputs) at `to`.
+  void replaceAllUses(Value* from, Value* to);
+  // Removes the nodes for which `remove` is true; returns how many. Their outputs are left
+  // without a producer: callers reroute or drop those values first.
+  size_t removeNodes(const std::function<bool(const Node&)>& remove);
+  // Drops values that no node reads or writes and that are not graph inputs or outputs.
+  size_t removeUnusedValues();
+  // The nodes that read `value`, in node order.
+  std::vector<Node*> consumers(const Value* value) const;
+  bool isGraphOutput(const Value* value) const;
+  // Structural invariants: topological order, producers consistent, every input defined and
+  // owned by this graph, unique value names. A failure is a pass bug; the message says which.
+  Status verify() const;
 
  private:
   std::vector<std::unique_ptr<Value>> values_;

@@ -3,6 +3,7 @@
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/text_format.h>
 
 #include <climits>
 #include <cstring>
@@ -553,6 +554,14 @@ Result<Model> importModelFromBytes(const std::string& bytes, const fs::path& bas
     return invalidInput("not an ONNX model: it has neither a graph nor an opset import");
   }
   return GraphImporter(model, baseDir, options).run();
+}
+
+Result<Model> importModelFromText(const std::string& text, const ImportOptions& options) {
+  ::onnx::ModelProto model;
+  if (!google::protobuf::TextFormat::ParseFromString(text, &model)) {
+    return invalidInput("not a valid ONNX model in protobuf text format");
+  }
+  return GraphImporter(model, fs::path("."), options).run();
 }
 
 Result<Model> importModel(const fs::path& path, const ImportOptions& options) {

@@ -54,6 +54,9 @@ Result<Model> importModel(const std::filesystem::path& path, const ImportOptions
 Result<Model> importModelFromBytes(const std::string& bytes, const std::filesystem::path& baseDir,
                                    const ImportOptions& options = {});
 
+// Imports a ModelProto written in protobuf text format (test fixtures, golden pass tests).
+Result<Model> importModelFromText(const std::string& text, const ImportOptions& options = {});
+
 // Converts a TensorProto (with external data resolved under `baseDir`).
 Result<ir::Tensor> tensorFromProto(const ::onnx::TensorProto& proto,
                                    const std::filesystem::path& baseDir);
