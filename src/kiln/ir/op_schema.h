@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,12 @@ class InferContext {
   Result<const Tensor*> requireConstantInput(size_t i, const char* role) const;
 
   size_t outputCount() const { return outputs_.size(); }
+  // An output whose value inference already knows (Shape of a static shape, Constant): it is
+  // typed from the value and becomes a build-time constant, whatever the inputs.
+  void setOutputConstant(size_t i, Tensor value) {
+    setOutput(i, value.dtype(), value.shape());
+    outputs_[i].constant = std::move(value);
+  }
   void setOutput(size_t i, DType dtype, Shape shape) {
     outputs_[i].dtype = dtype;
     outputs_[i].shape = std::move(shape);
@@ -58,6 +65,7 @@ class InferContext {
     DType dtype = DType::kFloat32;
     Shape shape;
     bool set = false;
+    std::optional<Tensor> constant;
   };
   const std::vector<OutputType>& outputs() const { return outputs_; }
 

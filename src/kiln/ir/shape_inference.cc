@@ -79,6 +79,7 @@ Status inferShapes(Graph& graph, const ConstantEvaluator& evaluator) {
       output->dtype = type.dtype;
       output->shape = type.shape;
       output->hasType = true;
+      if (type.constant) output->constant = type.constant;
     }
     KILN_RETURN_IF_ERROR(tryFold(node, *schema, evaluator));
   }

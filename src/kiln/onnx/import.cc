@@ -365,9 +365,16 @@ class GraphImporter {
   }
 
   Status importInputs(const ::onnx::GraphProto& proto, ir::Graph& graph) {
+    // A misspelt --shapes name is the likelier mistake than the dynamic dimension it left
+    // unfixed, so it is reported first.
     std::set<std::string> declared;
+    for (const auto& info : proto.input()) declared.insert(info.name());
+    for (const auto& [name, dims] : options_.inputShapes) {
+      if (!declared.count(name)) {
+        return invalidInput("--shapes names '{}', which is not an input of the model", name);
+      }
+    }
     for (const auto& info : proto.input()) {
-      declared.insert(info.name());
       if (ir::Value* initializer = graph.findValue(info.name())) {
         (void)initializer;  // an input with an initializer is a constant with a default
         continue;
@@ -390,11 +397,6 @@ class GraphImporter {
         graph.inputs.push_back(value);
       }
       value->hasType = true;
-    }
-    for (const auto& [name, dims] : options_.inputShapes) {
-      if (!declared.count(name)) {
-        return invalidInput("--shapes names '{}', which is not an input of the model", name);
-      }
     }
     return Status::ok();
   }
