@@ -9,6 +9,7 @@ packages=(
   libonnx-dev                         # onnx.proto, the ONNX schema kiln compiles
   libonnx-testdata                    # the ONNX backend test data (conformance)
   libcli11-dev libfmt-dev             # command line, formatting
+  nlohmann-json3-dev                  # JSON (knob listings, reports)
   libzip-dev zlib1g-dev               # .npz archives
   libgtest-dev libgmock-dev           # unit tests
 )

@@ -19,6 +19,7 @@ struct Command {
 
 Command addInspectCommand(CLI::App& app);
 Command addRunCommand(CLI::App& app);
+Command addKnobsCommand(CLI::App& app);
 
 // Prints "kiln: error: <message>" to stderr and returns the exit code for the status: 1 for
 // errors in the user's input, 3 for internal errors.

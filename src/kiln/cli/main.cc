@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   std::vector<kiln::cli::Command> commands;
   commands.push_back(kiln::cli::addInspectCommand(app));
   commands.push_back(kiln::cli::addRunCommand(app));
+  commands.push_back(kiln::cli::addKnobsCommand(app));
   CLI11_PARSE(app, argc, argv);
   for (const auto& command : commands) {
     if (command.subcommand->parsed()) return command.run();

@@ -1,0 +1,18 @@
+// The knob listing of `kiln knobs --json` and of the public allBuildRoutes(): trtexec's shape
+// ({"tuner_version", "tuner_options": [{"option", "allowed_values", "default_value", "help"}]})
+// plus kiln's own fields.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "kiln/knobs/knob.h"
+
+namespace kiln::knobs {
+
+inline constexpr const char* kTunerVersion = "kiln-tuner-1";
+
+// Every knob of `registry` that applies to `backend` ("" for all).
+nlohmann::json knobListing(const KnobRegistry& registry, const std::string& backend);
+
+}  // namespace kiln::knobs
