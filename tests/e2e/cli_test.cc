@@ -34,8 +34,8 @@ class KilnCli : public ::testing::Test {
   Outcome kiln(const std::string& args) {
     const fs::path out = dir_ / "stdout.txt";
     const fs::path err = dir_ / "stderr.txt";
-    const std::string command = fmt::format("'{}' {} > '{}' 2> '{}'", KILN_BINARY, args,
-                                            out.string(), err.string());
+    const std::string command =
+        fmt::format("'{}' {} > '{}' 2> '{}'", KILN_BINARY, args, out.string(), err.string());
     const int status = std::system(command.c_str());
     Outcome outcome;
     // A signal (a crash) shows as a non-exited status: the tests treat it as a failure.
@@ -100,17 +100,22 @@ TEST_F(KilnCli, RunSavesOutputsThatSumToOne) {
 TEST_F(KilnCli, RunIsDeterministicForASeedAndLoadsInputs) {
   const fs::path first = dir_ / "a.npz";
   const fs::path second = dir_ / "b.npz";
-  ASSERT_EQ(kiln(fmt::format("run '{}' --seed 7 --saveOutputs '{}'", KILN_SAMPLE_MODEL,
-                             first.string())).exitCode, 0);
+  ASSERT_EQ(
+      kiln(fmt::format("run '{}' --seed 7 --saveOutputs '{}'", KILN_SAMPLE_MODEL, first.string()))
+          .exitCode,
+      0);
   // Feeding an input file gives the outputs of that input, not of random data.
   kiln::ir::Tensor zeros(kiln::ir::DType::kFloat32, kiln::ir::Shape{1, 3, 32, 32});
   ASSERT_TRUE(kiln::ir::writeNpy(dir_ / "zeros.npy", zeros).isOk());
   ASSERT_EQ(kiln(fmt::format("run '{}' --loadInputs image:'{}' --saveOutputs '{}'",
-                             KILN_SAMPLE_MODEL, (dir_ / "zeros.npy").string(),
-                             second.string())).exitCode, 0);
+                             KILN_SAMPLE_MODEL, (dir_ / "zeros.npy").string(), second.string()))
+                .exitCode,
+            0);
   const fs::path third = dir_ / "c.npz";
-  ASSERT_EQ(kiln(fmt::format("run '{}' --seed 7 --saveOutputs '{}'", KILN_SAMPLE_MODEL,
-                             third.string())).exitCode, 0);
+  ASSERT_EQ(
+      kiln(fmt::format("run '{}' --seed 7 --saveOutputs '{}'", KILN_SAMPLE_MODEL, third.string()))
+          .exitCode,
+      0);
   auto a = kiln::ir::readNpz(first).value()[0].second;
   auto b = kiln::ir::readNpz(second).value()[0].second;
   auto c = kiln::ir::readNpz(third).value()[0].second;
@@ -151,9 +156,8 @@ TEST_F(KilnCli, RefusesExternalDataOutsideTheModelFolder) {
   writeFile(dir_ / "outside.bin", std::string(16, '\0'));
   expectUserError(kiln(fmt::format("inspect '{}'", stage("external_escape", folder).string())),
                   "external data location '../outside.bin' leaves the model's folder ('..')");
-  expectUserError(
-      kiln(fmt::format("inspect '{}'", stage("external_absolute", folder).string())),
-      "external data location '/etc/hostname' is an absolute path");
+  expectUserError(kiln(fmt::format("inspect '{}'", stage("external_absolute", folder).string())),
+                  "external data location '/etc/hostname' is an absolute path");
   fs::create_symlink(dir_ / "outside.bin", folder / "link.bin");
   expectUserError(kiln(fmt::format("inspect '{}'", stage("external_symlink", folder).string())),
                   "outside the model's folder");

@@ -465,9 +465,9 @@ TEST(Cast, Int64ToBFloat16AndBack) {
 
 TEST(Cast, RefusesStringsAndUnknownTypes) {
   expectError("Cast", {{floats({1})}}, {{"to", intAttr(8)}}, 13, StatusCode::kUnsupported,
-              "casting to string");
+              "attribute 'to': string tensors are not supported");
   expectError("Cast", {{floats({1})}}, {{"to", intAttr(99)}}, 13, StatusCode::kInvalidInput,
-              "attribute 'to' holds 99");
+              "attribute 'to': 99 is not an ONNX element type");
   expectError("Cast", {{floats({1})}}, {}, 13, StatusCode::kInvalidInput, "'to'");
 }
 

@@ -23,8 +23,9 @@ void expectFloats(const Tensor& t, const std::vector<float>& expected) {
 }
 
 fs::path scratchDir() {
-  fs::path dir = fs::temp_directory_path() /
-                 ("kiln_npy_test_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()));
+  fs::path dir =
+      fs::temp_directory_path() /
+      ("kiln_npy_test_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()));
   fs::create_directories(dir);
   return dir;
 }

@@ -396,7 +396,7 @@ TEST(EyeLike, OffsetDiagonalAndDtype) {
 TEST(EyeLike, RejectsBadInputs) {
   expectError(runSingleOp("EyeLike", {{iota({2, 2, 2})}}), "input must be 2-D, got shape [2,2,2]");
   expectError(runSingleOp("EyeLike", {{iota({2, 2})}}, {{"dtype", intAttr(99)}}),
-              "dtype 99 is not an ONNX element type");
+              "attribute 'dtype': 99 is not an ONNX element type");
   expectError(runSingleOp("EyeLike", {{iota({2, 2})}}, {{"dtype", intAttr(8)}}), "string",
               StatusCode::kUnsupported);
 }

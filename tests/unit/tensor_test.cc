@@ -27,9 +27,7 @@ TEST(Shape, RejectsNegativeDimension) {
   EXPECT_NE(count.status().message().find("negative dimension at axis 1"), std::string::npos);
 }
 
-TEST(Shape, Strides) {
-  EXPECT_EQ(Shape({2, 3, 4}).strides(), (std::vector<int64_t>{12, 4, 1}));
-}
+TEST(Shape, Strides) { EXPECT_EQ(Shape({2, 3, 4}).strides(), (std::vector<int64_t>{12, 4, 1})); }
 
 TEST(NormalizeAxis, HandlesNegativeAndOutOfRange) {
   EXPECT_EQ(normalizeAxis(-1, 4).value(), 3);

@@ -8,11 +8,16 @@ namespace kiln {
 
 const char* statusCodeName(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "ok";
-    case StatusCode::kInvalidInput: return "invalid input";
-    case StatusCode::kUnsupported: return "unsupported";
-    case StatusCode::kIo: return "I/O error";
-    case StatusCode::kInternal: return "internal error";
+    case StatusCode::kOk:
+      return "ok";
+    case StatusCode::kInvalidInput:
+      return "invalid input";
+    case StatusCode::kUnsupported:
+      return "unsupported";
+    case StatusCode::kIo:
+      return "I/O error";
+    case StatusCode::kInternal:
+      return "internal error";
   }
   return "unknown";
 }

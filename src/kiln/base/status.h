@@ -67,7 +67,7 @@ Status internalError(fmt::format_string<Args...> format, Args&&... args) {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : state_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : state_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   Result(Status status) : state_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     assert(!std::get<Status>(state_).isOk() && "Result constructed from an ok Status");
   }
@@ -97,10 +97,10 @@ class [[nodiscard]] Result {
 #define KILN_CONCAT_(a, b) KILN_CONCAT_INNER_(a, b)
 
 // Returns the Status from the enclosing function if `expr` (a Status) is not ok.
-#define KILN_RETURN_IF_ERROR(expr)                   \
-  do {                                               \
-    ::kiln::Status kiln_status_ = (expr);            \
-    if (!kiln_status_.isOk()) return kiln_status_;   \
+#define KILN_RETURN_IF_ERROR(expr)                 \
+  do {                                             \
+    ::kiln::Status kiln_status_ = (expr);          \
+    if (!kiln_status_.isOk()) return kiln_status_; \
   } while (0)
 
 // `KILN_ASSIGN_OR_RETURN(auto x, makeX());` binds the value or returns the error.
@@ -112,9 +112,9 @@ class [[nodiscard]] Result {
   lhs = std::move(tmp).value()
 
 // An internal invariant: a failure here is a kiln bug, reported with the invariant's text.
-#define KILN_CHECK(cond)                                                                       \
-  do {                                                                                         \
-    if (!(cond)) ::kiln::detail::checkFailed(#cond, __FILE__, __LINE__);                       \
+#define KILN_CHECK(cond)                                                 \
+  do {                                                                   \
+    if (!(cond)) ::kiln::detail::checkFailed(#cond, __FILE__, __LINE__); \
   } while (0)
 
 namespace kiln::detail {

@@ -17,17 +17,15 @@ struct KnobsOptions {
 int listKnobs(const KnobsOptions& options) {
   // The pipeline's passes declare their knobs; naming it keeps their files linked in.
   (void)passes::pipelinePasses();
-  const nlohmann::json listing =
-      knobs::knobListing(knobs::KnobRegistry::global(), options.backend);
+  const nlohmann::json listing = knobs::knobListing(knobs::KnobRegistry::global(), options.backend);
   if (options.json) {
     std::printf("%s\n", listing.dump(2).c_str());
     return 0;
   }
   for (const auto& option : listing["tuner_options"]) {
     const auto& spec = *knobs::KnobRegistry::global().find(option["option"]);
-    std::printf("%-36s %-22s default %-8s %s%s%s\n", spec.name.c_str(),
-                spec.allowedText().c_str(), spec.defaultValue.c_str(), spec.help.c_str(),
-                spec.perNode ? " [per-node]" : "",
+    std::printf("%-36s %-22s default %-8s %s%s%s\n", spec.name.c_str(), spec.allowedText().c_str(),
+                spec.defaultValue.c_str(), spec.help.c_str(), spec.perNode ? " [per-node]" : "",
                 spec.changesNumerics ? " [changes numerics]" : "");
   }
   return 0;
@@ -40,7 +38,8 @@ Command addKnobsCommand(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("knobs", "List every knob: allowed values, default, help");
   sub->add_option("--backend", options->backend, "only knobs that apply to this backend")
       ->check(CLI::IsMember({"cpu", "cuda"}));
-  sub->add_flag("--json", options->json, "JSON in trtexec's tuner-options shape, plus kiln's fields");
+  sub->add_flag("--json", options->json,
+                "JSON in trtexec's tuner-options shape, plus kiln's fields");
   return {sub, [options] { return listKnobs(*options); }};
 }
 

@@ -36,8 +36,8 @@ Result<std::map<std::string, ir::Tensor>> loadInputFiles(const std::vector<std::
       const std::string name = colon == std::string::npos ? "" : entry.substr(0, colon);
       const std::string file = colon == std::string::npos ? entry : entry.substr(colon + 1);
       if (name.empty() && file.size() > 4 && file.substr(file.size() - 4) == ".npy") {
-        return invalidInput("--loadInputs '{}': an .npy file needs the input name (name:{})",
-                            entry, file);
+        return invalidInput("--loadInputs '{}': an .npy file needs the input name (name:{})", entry,
+                            file);
       }
       KILN_ASSIGN_OR_RETURN(ir::NamedTensors tensors, ir::readTensorFile(file, name));
       for (auto& [tensorName, tensor] : tensors) {
@@ -79,8 +79,8 @@ void printSummary(const std::string& name, const ir::Tensor& tensor) {
   }
   const int64_t finite = tensor.elementCount() - nonFinite;
   std::printf("  %s : %s%s  min %.6g  max %.6g  mean %.6g", name.c_str(),
-              std::string(ir::dtypeName(tensor.dtype())).c_str(),
-              tensor.shape().toString().c_str(), finite ? lo : NAN, finite ? hi : NAN,
+              std::string(ir::dtypeName(tensor.dtype())).c_str(), tensor.shape().toString().c_str(),
+              finite ? lo : NAN, finite ? hi : NAN,
               finite ? sum / static_cast<double>(finite) : NAN);
   if (nonFinite) std::printf("  non-finite %lld", static_cast<long long>(nonFinite));
   std::printf("\n    first:");
@@ -116,8 +116,8 @@ int runModel(const RunOptions& options) {
     if (it == given->end()) {
       inputs.push_back(randomTensor(input->dtype, input->shape, rng));
       std::printf("  %s : %s%s  (random, seed %llu)\n", input->name.c_str(),
-                  std::string(ir::dtypeName(input->dtype)).c_str(),
-                  input->shape.toString().c_str(), static_cast<unsigned long long>(options.seed));
+                  std::string(ir::dtypeName(input->dtype)).c_str(), input->shape.toString().c_str(),
+                  static_cast<unsigned long long>(options.seed));
       continue;
     }
     if (it->second.dtype() != input->dtype) {
@@ -132,9 +132,10 @@ int runModel(const RunOptions& options) {
   }
   for (const auto& [name, tensor] : *given) {
     if (!used.count(name)) {
-      return reportError(invalidInput("--loadInputs gives '{}', which is not an input of the "
-                                      "model",
-                                      name));
+      return reportError(
+          invalidInput("--loadInputs gives '{}', which is not an input of the "
+                       "model",
+                       name));
     }
   }
 

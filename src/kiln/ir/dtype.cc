@@ -13,12 +13,12 @@ struct DTypeInfo {
   size_t size;
 };
 constexpr DTypeInfo kDTypes[] = {
-    {DType::kFloat32, "float32", 4}, {DType::kFloat16, "float16", 2},
+    {DType::kFloat32, "float32", 4},   {DType::kFloat16, "float16", 2},
     {DType::kBFloat16, "bfloat16", 2}, {DType::kFloat64, "float64", 8},
-    {DType::kInt64, "int64", 8},     {DType::kInt32, "int32", 4},
-    {DType::kInt16, "int16", 2},     {DType::kInt8, "int8", 1},
-    {DType::kUInt64, "uint64", 8},   {DType::kUInt32, "uint32", 4},
-    {DType::kUInt16, "uint16", 2},   {DType::kUInt8, "uint8", 1},
+    {DType::kInt64, "int64", 8},       {DType::kInt32, "int32", 4},
+    {DType::kInt16, "int16", 2},       {DType::kInt8, "int8", 1},
+    {DType::kUInt64, "uint64", 8},     {DType::kUInt32, "uint32", 4},
+    {DType::kUInt16, "uint16", 2},     {DType::kUInt8, "uint8", 1},
     {DType::kBool, "bool", 1},
 };
 }  // namespace
@@ -31,6 +31,50 @@ std::optional<DType> dtypeFromName(std::string_view name) {
     if (info.name == name) return info.dtype;
   }
   return std::nullopt;
+}
+
+Result<DType> dtypeFromOnnxType(int64_t code) {
+  // Numbers from onnx.proto's TensorProto.DataType.
+  switch (code) {
+    case 1:
+      return DType::kFloat32;
+    case 2:
+      return DType::kUInt8;
+    case 3:
+      return DType::kInt8;
+    case 4:
+      return DType::kUInt16;
+    case 5:
+      return DType::kInt16;
+    case 6:
+      return DType::kInt32;
+    case 7:
+      return DType::kInt64;
+    case 9:
+      return DType::kBool;
+    case 10:
+      return DType::kFloat16;
+    case 11:
+      return DType::kFloat64;
+    case 12:
+      return DType::kUInt32;
+    case 13:
+      return DType::kUInt64;
+    case 16:
+      return DType::kBFloat16;
+    case 0:
+      return invalidInput("element type is undefined (0)");
+    case 8:
+      return unsupported("string tensors are not supported");
+    case 14:
+    case 15:
+      return unsupported("complex tensors are not supported");
+    default:
+      if (code >= 17 && code <= 23) {
+        return unsupported("element type {} (float8 or 4-bit) is not supported", code);
+      }
+      return invalidInput("{} is not an ONNX element type", code);
+  }
 }
 
 bool isFloating(DType dtype) {

@@ -6,6 +6,8 @@
 #include <optional>
 #include <string_view>
 
+#include "kiln/base/status.h"
+
 namespace kiln::ir {
 
 enum class DType : uint8_t {
@@ -25,6 +27,9 @@ enum class DType : uint8_t {
 };
 
 std::string_view dtypeName(DType dtype);
+// The kiln type of an ONNX TensorProto.DataType number (as initializers, Cast's `to` and
+// EyeLike's `dtype` hold it). String, complex, float8 and 4-bit types are unsupported.
+Result<DType> dtypeFromOnnxType(int64_t code);
 std::optional<DType> dtypeFromName(std::string_view name);
 size_t dtypeSize(DType dtype);
 bool isFloating(DType dtype);
@@ -49,37 +54,89 @@ struct BFloat16 {
 
 template <typename T>
 struct DTypeOf;
-template <> struct DTypeOf<float> { static constexpr DType value = DType::kFloat32; };
-template <> struct DTypeOf<Float16> { static constexpr DType value = DType::kFloat16; };
-template <> struct DTypeOf<BFloat16> { static constexpr DType value = DType::kBFloat16; };
-template <> struct DTypeOf<double> { static constexpr DType value = DType::kFloat64; };
-template <> struct DTypeOf<int64_t> { static constexpr DType value = DType::kInt64; };
-template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::kInt32; };
-template <> struct DTypeOf<int16_t> { static constexpr DType value = DType::kInt16; };
-template <> struct DTypeOf<int8_t> { static constexpr DType value = DType::kInt8; };
-template <> struct DTypeOf<uint64_t> { static constexpr DType value = DType::kUInt64; };
-template <> struct DTypeOf<uint32_t> { static constexpr DType value = DType::kUInt32; };
-template <> struct DTypeOf<uint16_t> { static constexpr DType value = DType::kUInt16; };
-template <> struct DTypeOf<uint8_t> { static constexpr DType value = DType::kUInt8; };
-template <> struct DTypeOf<bool> { static constexpr DType value = DType::kBool; };
+template <>
+struct DTypeOf<float> {
+  static constexpr DType value = DType::kFloat32;
+};
+template <>
+struct DTypeOf<Float16> {
+  static constexpr DType value = DType::kFloat16;
+};
+template <>
+struct DTypeOf<BFloat16> {
+  static constexpr DType value = DType::kBFloat16;
+};
+template <>
+struct DTypeOf<double> {
+  static constexpr DType value = DType::kFloat64;
+};
+template <>
+struct DTypeOf<int64_t> {
+  static constexpr DType value = DType::kInt64;
+};
+template <>
+struct DTypeOf<int32_t> {
+  static constexpr DType value = DType::kInt32;
+};
+template <>
+struct DTypeOf<int16_t> {
+  static constexpr DType value = DType::kInt16;
+};
+template <>
+struct DTypeOf<int8_t> {
+  static constexpr DType value = DType::kInt8;
+};
+template <>
+struct DTypeOf<uint64_t> {
+  static constexpr DType value = DType::kUInt64;
+};
+template <>
+struct DTypeOf<uint32_t> {
+  static constexpr DType value = DType::kUInt32;
+};
+template <>
+struct DTypeOf<uint16_t> {
+  static constexpr DType value = DType::kUInt16;
+};
+template <>
+struct DTypeOf<uint8_t> {
+  static constexpr DType value = DType::kUInt8;
+};
+template <>
+struct DTypeOf<bool> {
+  static constexpr DType value = DType::kBool;
+};
 
 // Calls fn(T{}) with T the C++ type of `dtype`. Every DType has a C++ type.
 template <typename Fn>
 decltype(auto) visitDType(DType dtype, Fn&& fn) {
   switch (dtype) {
-    case DType::kFloat32: return fn(float{});
-    case DType::kFloat16: return fn(Float16{});
-    case DType::kBFloat16: return fn(BFloat16{});
-    case DType::kFloat64: return fn(double{});
-    case DType::kInt64: return fn(int64_t{});
-    case DType::kInt32: return fn(int32_t{});
-    case DType::kInt16: return fn(int16_t{});
-    case DType::kInt8: return fn(int8_t{});
-    case DType::kUInt64: return fn(uint64_t{});
-    case DType::kUInt32: return fn(uint32_t{});
-    case DType::kUInt16: return fn(uint16_t{});
-    case DType::kUInt8: return fn(uint8_t{});
-    case DType::kBool: return fn(bool{});
+    case DType::kFloat32:
+      return fn(float{});
+    case DType::kFloat16:
+      return fn(Float16{});
+    case DType::kBFloat16:
+      return fn(BFloat16{});
+    case DType::kFloat64:
+      return fn(double{});
+    case DType::kInt64:
+      return fn(int64_t{});
+    case DType::kInt32:
+      return fn(int32_t{});
+    case DType::kInt16:
+      return fn(int16_t{});
+    case DType::kInt8:
+      return fn(int8_t{});
+    case DType::kUInt64:
+      return fn(uint64_t{});
+    case DType::kUInt32:
+      return fn(uint32_t{});
+    case DType::kUInt16:
+      return fn(uint16_t{});
+    case DType::kUInt8:
+      return fn(uint8_t{});
+    case DType::kBool:
+      return fn(bool{});
   }
   return fn(float{});
 }

@@ -15,8 +15,8 @@ Status checkArity(const Node& node, const OpSchema& schema) {
                         schema.maxInputs, inputs);
   }
   if (outputs < schema.minOutputs || outputs > schema.maxOutputs) {
-    return invalidInput("{}: expects {} to {} outputs, got {}", node.describe(),
-                        schema.minOutputs, schema.maxOutputs, outputs);
+    return invalidInput("{}: expects {} to {} outputs, got {}", node.describe(), schema.minOutputs,
+                        schema.maxOutputs, outputs);
   }
   for (int i = 0; i < schema.minInputs; ++i) {
     if (!node.hasInput(i)) {
@@ -75,7 +75,8 @@ Status inferShapes(Graph& graph, const ConstantEvaluator& evaluator) {
         return internalError("{}: shape inference did not type output {}", node.describe(), i);
       }
       auto count = type.shape.checkedElementCount();
-      if (!count.isOk()) return count.status().withContext(node.describe() + ": output " + output->name);
+      if (!count.isOk())
+        return count.status().withContext(node.describe() + ": output " + output->name);
       output->dtype = type.dtype;
       output->shape = type.shape;
       output->hasType = true;

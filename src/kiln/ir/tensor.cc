@@ -19,9 +19,10 @@ Result<int64_t> Shape::checkedElementCount() const {
       return invalidInput("shape {} has a negative dimension at axis {}", toString(), axis);
     }
     if (__builtin_mul_overflow(count, dims_[axis], &count) || count > kMaxTensorElements) {
-      return invalidInput("shape {} has more than 2^40 elements (the product of its dimensions "
-                          "overflows kiln's limit)",
-                          toString());
+      return invalidInput(
+          "shape {} has more than 2^40 elements (the product of its dimensions "
+          "overflows kiln's limit)",
+          toString());
     }
   }
   return count;

@@ -8,9 +8,12 @@ namespace kiln::knobs {
 namespace {
 const char* kindName(KnobKind kind) {
   switch (kind) {
-    case KnobKind::kBool: return "bool";
-    case KnobKind::kEnum: return "enum";
-    case KnobKind::kInt: return "int";
+    case KnobKind::kBool:
+      return "bool";
+    case KnobKind::kEnum:
+      return "enum";
+    case KnobKind::kInt:
+      return "int";
   }
   return "unknown";
 }
@@ -19,9 +22,9 @@ const char* kindName(KnobKind kind) {
 nlohmann::json knobListing(const KnobRegistry& registry, const std::string& backend) {
   nlohmann::json options = nlohmann::json::array();
   for (const auto& [name, spec] : registry.all()) {
-    const bool applies = backend.empty() || spec.backends.empty() ||
-                         std::find(spec.backends.begin(), spec.backends.end(), backend) !=
-                             spec.backends.end();
+    const bool applies =
+        backend.empty() || spec.backends.empty() ||
+        std::find(spec.backends.begin(), spec.backends.end(), backend) != spec.backends.end();
     if (!applies) continue;
     nlohmann::json entry = {
         {"option", name},

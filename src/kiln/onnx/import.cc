@@ -25,29 +25,6 @@ using ir::Tensor;
 
 namespace {
 
-Result<DType> dtypeFromOnnx(int32_t type) {
-  switch (type) {
-    case ::onnx::TensorProto::FLOAT: return DType::kFloat32;
-    case ::onnx::TensorProto::FLOAT16: return DType::kFloat16;
-    case ::onnx::TensorProto::BFLOAT16: return DType::kBFloat16;
-    case ::onnx::TensorProto::DOUBLE: return DType::kFloat64;
-    case ::onnx::TensorProto::INT64: return DType::kInt64;
-    case ::onnx::TensorProto::INT32: return DType::kInt32;
-    case ::onnx::TensorProto::INT16: return DType::kInt16;
-    case ::onnx::TensorProto::INT8: return DType::kInt8;
-    case ::onnx::TensorProto::UINT64: return DType::kUInt64;
-    case ::onnx::TensorProto::UINT32: return DType::kUInt32;
-    case ::onnx::TensorProto::UINT16: return DType::kUInt16;
-    case ::onnx::TensorProto::UINT8: return DType::kUInt8;
-    case ::onnx::TensorProto::BOOL: return DType::kBool;
-    case ::onnx::TensorProto::STRING: return unsupported("string tensors are not supported");
-    case ::onnx::TensorProto::COMPLEX64:
-    case ::onnx::TensorProto::COMPLEX128: return unsupported("complex tensors are not supported");
-    case ::onnx::TensorProto::UNDEFINED: return invalidInput("element type is undefined");
-    default: return unsupported("element type {} is not supported", type);
-  }
-}
-
 bool parseProto(const std::string& bytes, google::protobuf::MessageLite& message) {
   if (bytes.size() > static_cast<size_t>(INT_MAX)) return false;
   google::protobuf::io::ArrayInputStream raw(bytes.data(), static_cast<int>(bytes.size()));
@@ -61,14 +38,14 @@ Result<fs::path> resolveExternalPath(const std::string& location, const fs::path
   const fs::path relative(location);
   if (location.empty()) return invalidInput("external data location is empty");
   if (relative.is_absolute()) {
-    return invalidInput("external data location '{}' is an absolute path; it must be relative to "
-                        "the model's folder",
-                        location);
+    return invalidInput(
+        "external data location '{}' is an absolute path; it must be relative to "
+        "the model's folder",
+        location);
   }
   for (const auto& part : relative) {
     if (part == "..") {
-      return invalidInput("external data location '{}' leaves the model's folder ('..')",
-                          location);
+      return invalidInput("external data location '{}' leaves the model's folder ('..')", location);
     }
   }
   std::error_code ec;
@@ -79,9 +56,10 @@ Result<fs::path> resolveExternalPath(const std::string& location, const fs::path
   auto [baseEnd, resolvedIt] =
       std::mismatch(base.begin(), base.end(), resolved.begin(), resolved.end());
   if (baseEnd != base.end()) {
-    return invalidInput("external data location '{}' resolves to '{}', outside the model's "
-                        "folder '{}'",
-                        location, resolved.string(), base.string());
+    return invalidInput(
+        "external data location '{}' resolves to '{}', outside the model's "
+        "folder '{}'",
+        location, resolved.string(), base.string());
   }
   return resolved;
 }
@@ -108,9 +86,10 @@ Result<std::string> readExternalData(const ::onnx::TensorProto& proto, const fs:
   const auto fileSize = static_cast<int64_t>(fs::file_size(path, ec));
   if (length < 0) length = static_cast<int64_t>(expectedBytes);
   if (offset < 0 || offset > fileSize || length > fileSize - offset) {
-    return invalidInput("external data range [offset {}, length {}] is out of bounds of '{}' ({} "
-                        "bytes)",
-                        offset, length, location, fileSize);
+    return invalidInput(
+        "external data range [offset {}, length {}] is out of bounds of '{}' ({} "
+        "bytes)",
+        offset, length, location, fileSize);
   }
   if (static_cast<size_t>(length) != expectedBytes) {
     return invalidInput("external data length {} does not match the declared shape ({} bytes)",
@@ -149,7 +128,7 @@ Status copyTypedField(const Field& field, Tensor& tensor, const char* fieldName)
 
 Result<Tensor> tensorFromProto(const ::onnx::TensorProto& proto, const fs::path& baseDir) {
   const std::string what = proto.name().empty() ? "tensor" : "tensor '" + proto.name() + "'";
-  auto dtype = dtypeFromOnnx(proto.data_type());
+  auto dtype = ir::dtypeFromOnnxType(proto.data_type());
   if (!dtype.isOk()) return dtype.status().withContext(what);
   if (proto.has_segment()) return unsupported("{}: segmented tensors are not supported", what);
   std::vector<int64_t> dims(proto.dims().begin(), proto.dims().end());
@@ -167,9 +146,9 @@ Result<Tensor> tensorFromProto(const ::onnx::TensorProto& proto, const fs::path&
     }
     const std::string& raw = external ? externalBytes : proto.raw_data();
     if (raw.size() != tensor.byteSize()) {
-      return invalidInput("{}: declared shape {} of {} needs {} bytes, but raw_data holds {}",
-                          what, tensor.shape().toString(), ir::dtypeName(*dtype),
-                          tensor.byteSize(), raw.size());
+      return invalidInput("{}: declared shape {} of {} needs {} bytes, but raw_data holds {}", what,
+                          tensor.shape().toString(), ir::dtypeName(*dtype), tensor.byteSize(),
+                          raw.size());
     }
     if (!raw.empty()) std::memcpy(tensor.mutableRawData(), raw.data(), raw.size());
     return tensor;
@@ -276,8 +255,9 @@ class GraphImporter {
                          info.irVersion, kMinIrVersion, kMaxIrVersion);
     }
     if (model_.opset_import_size() == 0) {
-      return invalidInput("the model imports no opset (opset_import is empty); the file may be "
-                          "truncated");
+      return invalidInput(
+          "the model imports no opset (opset_import is empty); the file may be "
+          "truncated");
     }
     for (const auto& opset : model_.opset_import()) {
       const std::string domain = opset.domain() == "ai.onnx" ? "" : opset.domain();
@@ -327,9 +307,10 @@ class GraphImporter {
       for (int i = 0; hasShape && i < rank; ++i) {
         const auto& dim = tensorType.shape().dim(i);
         if (dim.has_dim_value() && dim.dim_value() > 0 && dim.dim_value() != dims[i]) {
-          return invalidInput("--shapes gives input '{}' dimension {} = {}, but the model fixes "
-                              "it to {}",
-                              info.name(), i, dims[i], dim.dim_value());
+          return invalidInput(
+              "--shapes gives input '{}' dimension {} = {}, but the model fixes "
+              "it to {}",
+              info.name(), i, dims[i], dim.dim_value());
         }
       }
     } else {
@@ -351,9 +332,10 @@ class GraphImporter {
             (dim.dim_value() == 0 && dim.has_dim_param())) {
           const std::string param =
               dim.has_dim_param() ? fmt::format(" ('{}')", dim.dim_param()) : "";
-          return invalidInput("input '{}' dimension {}{} is dynamic; fix it with --shapes "
-                              "{}:DxD...",
-                              info.name(), i, param, info.name());
+          return invalidInput(
+              "input '{}' dimension {}{} is dynamic; fix it with --shapes "
+              "{}:DxD...",
+              info.name(), i, param, info.name());
         }
         dims.push_back(dim.dim_value());
       }
@@ -380,12 +362,13 @@ class GraphImporter {
         continue;
       }
       if (!info.type().has_tensor_type()) {
-        return unsupported("input '{}' is not a tensor (sequences, maps and optionals are not "
-                           "supported)",
-                           info.name());
+        return unsupported(
+            "input '{}' is not a tensor (sequences, maps and optionals are not "
+            "supported)",
+            info.name());
       }
       ir::Value* value = graph.addValue(info.name());
-      auto dtype = dtypeFromOnnx(info.type().tensor_type().elem_type());
+      auto dtype = ir::dtypeFromOnnxType(info.type().tensor_type().elem_type());
       if (!dtype.isOk()) return dtype.status().withContext("input '" + info.name() + "'");
       value->dtype = *dtype;
       auto constant = options_.constantInputs.find(info.name());
@@ -405,9 +388,15 @@ class GraphImporter {
     using A = ::onnx::AttributeProto;
     ir::Attribute result;
     switch (attr.type()) {
-      case A::INT: result.value = attr.i(); break;
-      case A::FLOAT: result.value = attr.f(); break;
-      case A::STRING: result.value = attr.s(); break;
+      case A::INT:
+        result.value = attr.i();
+        break;
+      case A::FLOAT:
+        result.value = attr.f();
+        break;
+      case A::STRING:
+        result.value = attr.s();
+        break;
       case A::INTS:
         result.value = std::vector<int64_t>(attr.ints().begin(), attr.ints().end());
         break;
@@ -462,9 +451,10 @@ class GraphImporter {
         }
         ir::Value* value = graph.findValue(inputName);
         if (!value || (!value->hasType && !value->producer)) {
-          return invalidInput("{}: input '{}' is neither a graph input, an initializer nor the "
-                              "output of an earlier node",
-                              node->describe(), inputName);
+          return invalidInput(
+              "{}: input '{}' is neither a graph input, an initializer nor the "
+              "output of an earlier node",
+              node->describe(), inputName);
         }
         node->inputs.push_back(value);
       }
@@ -511,7 +501,7 @@ class GraphImporter {
       if (!info.type().has_tensor_type()) continue;
       const auto& tensorType = info.type().tensor_type();
       if (tensorType.elem_type() != 0) {
-        auto declared = dtypeFromOnnx(tensorType.elem_type());
+        auto declared = ir::dtypeFromOnnxType(tensorType.elem_type());
         if (declared.isOk() && *declared != value->dtype) {
           return invalidInput("graph output '{}' is declared {}, but computes {}", info.name(),
                               ir::dtypeName(*declared), ir::dtypeName(value->dtype));
@@ -549,8 +539,9 @@ Result<Model> importModelFromBytes(const std::string& bytes, const fs::path& bas
   ::onnx::ModelProto model;
   if (bytes.empty()) return invalidInput("the file is empty, not an ONNX model");
   if (!parseProto(bytes, model)) {
-    return invalidInput("not a valid ONNX model: the protobuf could not be parsed (the file is "
-                        "truncated, corrupt, or not ONNX)");
+    return invalidInput(
+        "not a valid ONNX model: the protobuf could not be parsed (the file is "
+        "truncated, corrupt, or not ONNX)");
   }
   if (!model.has_graph() && model.opset_import_size() == 0) {
     return invalidInput("not an ONNX model: it has neither a graph nor an opset import");

@@ -368,53 +368,14 @@ Status inferClip(InferContext& ctx) {
   return Status::ok();
 }
 
-// The kiln type of an ONNX TensorProto.DataType number, as Cast's `to` holds it.
-Result<DType> dtypeFromOnnxNumber(const InferContext& ctx, int64_t type) {
-  switch (type) {
-    case 1:
-      return DType::kFloat32;
-    case 2:
-      return DType::kUInt8;
-    case 3:
-      return DType::kInt8;
-    case 4:
-      return DType::kUInt16;
-    case 5:
-      return DType::kInt16;
-    case 6:
-      return DType::kInt32;
-    case 7:
-      return DType::kInt64;
-    case 9:
-      return DType::kBool;
-    case 10:
-      return DType::kFloat16;
-    case 11:
-      return DType::kFloat64;
-    case 12:
-      return DType::kUInt32;
-    case 13:
-      return DType::kUInt64;
-    case 16:
-      return DType::kBFloat16;
-    case 8:
-      return ctx.unsupportedHere("casting to string is not supported");
-    case 14:
-    case 15:
-      return ctx.unsupportedHere("casting to complex types is not supported");
-    default:
-      if (type >= 17 && type <= 23) {
-        return ctx.unsupportedHere("casting to element type {} (float8/4-bit) is not supported",
-                                   type);
-      }
-      return ctx.error("attribute 'to' holds {}, which is not an ONNX element type", type);
-  }
-}
-
 Status inferCast(InferContext& ctx) {
   KILN_RETURN_IF_ERROR(ctx.node().requireAttribute("to"));
   KILN_ASSIGN_OR_RETURN(int64_t to, ctx.node().getInt("to", 0));
-  KILN_ASSIGN_OR_RETURN(DType dtype, dtypeFromOnnxNumber(ctx, to));
+  auto converted = dtypeFromOnnxType(to);
+  if (!converted.isOk()) {
+    return converted.status().withContext(ctx.node().describe() + ": attribute 'to'");
+  }
+  const DType dtype = *converted;
   ctx.setOutput(0, dtype, ctx.inputShape(0));
   return Status::ok();
 }

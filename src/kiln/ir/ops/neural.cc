@@ -110,19 +110,34 @@ Result<WindowGeometry> readWindow(const Node& node, const Shape& x, std::vector<
   return g;
 }
 
-// Explicit pads as [begin..., end...]; with auto_pad they must be absent or all zero.
-Status readPads(const Node& node, AutoPad autoPad, WindowGeometry& g) {
+// The pads attribute, [begin..., end...], into g.
+Status readPads(const Node& node, WindowGeometry& g) {
   const size_t spatial = g.spatialRank();
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> pads, readWindowInts(node, "pads", 2 * spatial, 0, 0));
-  const bool anyPad = std::any_of(pads.begin(), pads.end(), [](int64_t p) { return p != 0; });
-  if (autoPad != AutoPad::kNotSet && anyPad) {
-    KILN_ASSIGN_OR_RETURN(std::string autoPadText, node.getString("auto_pad", ""));
-    return nodeError(node, "pads {} cannot be combined with auto_pad {}", formatInts(pads),
-                     autoPadText);
-  }
   g.padsBegin.assign(pads.begin(), pads.begin() + static_cast<int64_t>(spatial));
   g.padsEnd.assign(pads.begin() + static_cast<int64_t>(spatial), pads.end());
   return Status::ok();
+}
+
+// Where auto_pad or output_shape determine the pads, a pads attribute may only restate them: ONNX
+// lets neither win, so a contradiction is the model's error.
+Status checkPadsAgree(const Node& node, const WindowGeometry& declared,
+                      const WindowGeometry& resolved, const std::string& source) {
+  const std::vector<int64_t> noPads(declared.spatialRank(), 0);
+  const bool anyDeclared = declared.padsBegin != noPads || declared.padsEnd != noPads;
+  if (!anyDeclared ||
+      (declared.padsBegin == resolved.padsBegin && declared.padsEnd == resolved.padsEnd)) {
+    return Status::ok();
+  }
+  return nodeError(node, "pads {} disagree with {}, which implies pads {}", formatPads(declared),
+                   source, formatPads(resolved));
+}
+
+Status checkAutoPadAgrees(const Node& node, AutoPad autoPad, const WindowGeometry& declared,
+                          const WindowGeometry& resolved) {
+  if (autoPad == AutoPad::kNotSet) return Status::ok();
+  KILN_ASSIGN_OR_RETURN(std::string text, node.getString("auto_pad", ""));
+  return checkPadsAgree(node, declared, resolved, "auto_pad " + text);
 }
 
 int64_t dilatedExtent(const WindowGeometry& g, size_t axis) {
@@ -145,6 +160,7 @@ Status resolveForwardWindow(const Node& node, AutoPad autoPad, bool ceilMode, Wi
       g.padsEnd[i] = total - g.padsBegin[i];
       continue;
     }
+    if (autoPad == AutoPad::kValid) g.padsBegin[i] = g.padsEnd[i] = 0;
     const int64_t padded = in + g.padsBegin[i] + g.padsEnd[i];
     if (padded < extent) {
       return nodeError(node,
@@ -793,8 +809,10 @@ Result<WindowGeometry> resolveConvGeometry(const Node& node, const Shape& x, con
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> kernel, kernelFromWeight(node, x, w));
   KILN_ASSIGN_OR_RETURN(WindowGeometry g, readWindow(node, x, std::move(kernel)));
   KILN_ASSIGN_OR_RETURN(AutoPad autoPad, readAutoPad(node));
-  KILN_RETURN_IF_ERROR(readPads(node, autoPad, g));
+  KILN_RETURN_IF_ERROR(readPads(node, g));
+  const WindowGeometry declared = g;
   KILN_RETURN_IF_ERROR(resolveForwardWindow(node, autoPad, /*ceilMode=*/false, g));
+  KILN_RETURN_IF_ERROR(checkAutoPadAgrees(node, autoPad, declared, g));
   return g;
 }
 
@@ -806,12 +824,14 @@ Result<WindowGeometry> resolvePoolGeometry(const Node& node, const Shape& x) {
                         readWindowInts(node, "kernel_shape", spatial, 1, 1));
   KILN_ASSIGN_OR_RETURN(WindowGeometry g, readWindow(node, x, std::move(kernel)));
   KILN_ASSIGN_OR_RETURN(AutoPad autoPad, readAutoPad(node));
-  KILN_RETURN_IF_ERROR(readPads(node, autoPad, g));
+  KILN_RETURN_IF_ERROR(readPads(node, g));
   KILN_ASSIGN_OR_RETURN(int64_t ceilMode, node.getInt("ceil_mode", 0));
   if (ceilMode != 0 && ceilMode != 1) {
     return nodeError(node, "attribute 'ceil_mode' must be 0 or 1, got {}", ceilMode);
   }
+  const WindowGeometry declared = g;
   KILN_RETURN_IF_ERROR(resolveForwardWindow(node, autoPad, ceilMode == 1, g));
+  KILN_RETURN_IF_ERROR(checkAutoPadAgrees(node, autoPad, declared, g));
   return g;
 }
 
@@ -821,7 +841,7 @@ Result<WindowGeometry> resolveConvTransposeGeometry(const Node& node, const Shap
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> kernel, kernelFromWeight(node, x, w));
   KILN_ASSIGN_OR_RETURN(WindowGeometry g, readWindow(node, x, std::move(kernel)));
   KILN_ASSIGN_OR_RETURN(AutoPad autoPad, readAutoPad(node));
-  KILN_RETURN_IF_ERROR(readPads(node, autoPad, g));
+  KILN_RETURN_IF_ERROR(readPads(node, g));
   const size_t spatial = g.spatialRank();
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> outputPadding,
                         readWindowInts(node, "output_padding", spatial, 0, 0));
@@ -840,6 +860,7 @@ Result<WindowGeometry> resolveConvTransposeGeometry(const Node& node, const Shap
     // The extent the transposed window covers before any padding is removed.
     const int64_t full = g.strides[i] * (in - 1) + outputPadding[i] + dilatedExtent(g, i);
     if (outputShape.empty() && !same) {
+      if (autoPad == AutoPad::kValid) g.padsBegin[i] = g.padsEnd[i] = 0;
       g.output[i] = full - g.padsBegin[i] - g.padsEnd[i];
       if (g.output[i] < 0) {
         return nodeError(node, "spatial axis {}: pads {} and {} exceed the output extent {}", i,
@@ -851,14 +872,11 @@ Result<WindowGeometry> resolveConvTransposeGeometry(const Node& node, const Shap
     splitTransposePadding(full - g.output[i], autoPad == AutoPad::kSameUpper, g.padsBegin[i],
                           g.padsEnd[i]);
   }
-  // output_shape determines the pads; explicit pads may only restate them.
-  const std::vector<int64_t> noPads(spatial, 0);
-  const bool anyDeclaredPad = declared.padsBegin != noPads || declared.padsEnd != noPads;
-  if (!outputShape.empty() && anyDeclaredPad &&
-      (declared.padsBegin != g.padsBegin || declared.padsEnd != g.padsEnd)) {
-    return nodeError(node, "pads {} disagree with output_shape {}, which implies pads {}",
-                     formatPads(declared), formatInts(outputShape), formatPads(g));
+  if (!outputShape.empty()) {
+    KILN_RETURN_IF_ERROR(
+        checkPadsAgree(node, declared, g, fmt::format("output_shape {}", formatInts(outputShape))));
   }
+  KILN_RETURN_IF_ERROR(checkAutoPadAgrees(node, autoPad, declared, g));
   return g;
 }
 

@@ -59,49 +59,6 @@ Result<std::vector<int64_t>> constantIntegers(const InferContext& ctx, size_t i,
   return value->toInt64Vector();
 }
 
-// Records an output whose value shape inference already knows. Static shapes make Shape and
-// Size constants even when their input is a runtime value; storing the value here is what lets
-// the driver fold the Shape -> Gather -> Concat -> Reshape chains that follow (it only folds
-// nodes whose inputs are all constant).
-
-// ONNX TensorProto.DataType codes of the element types kiln has, for dtype attributes.
-Result<DType> dtypeFromCode(const InferContext& ctx, int64_t code) {
-  switch (code) {
-    case 1:
-      return DType::kFloat32;
-    case 2:
-      return DType::kUInt8;
-    case 3:
-      return DType::kInt8;
-    case 4:
-      return DType::kUInt16;
-    case 5:
-      return DType::kInt16;
-    case 6:
-      return DType::kInt32;
-    case 7:
-      return DType::kInt64;
-    case 9:
-      return DType::kBool;
-    case 10:
-      return DType::kFloat16;
-    case 11:
-      return DType::kFloat64;
-    case 12:
-      return DType::kUInt32;
-    case 13:
-      return DType::kUInt64;
-    case 16:
-      return DType::kBFloat16;
-    case 8:
-    case 14:
-    case 15:
-      return ctx.unsupportedHere("element type {} (string or complex) is not supported", code);
-    default:
-      return ctx.error("dtype {} is not an ONNX element type", code);
-  }
-}
-
 Status inferConstant(InferContext& ctx) {
   const Node& node = ctx.node();
   if (node.attributes.size() != 1) {
@@ -617,7 +574,11 @@ Status inferEyeLike(InferContext& ctx) {
   DType dtype = ctx.inputType(0);
   if (ctx.node().hasAttribute("dtype")) {
     KILN_ASSIGN_OR_RETURN(int64_t code, ctx.node().getInt("dtype", 0));
-    KILN_ASSIGN_OR_RETURN(dtype, dtypeFromCode(ctx, code));
+    auto converted = dtypeFromOnnxType(code);
+    if (!converted.isOk()) {
+      return converted.status().withContext(ctx.node().describe() + ": attribute 'dtype'");
+    }
+    dtype = *converted;
     if (dtype == DType::kBFloat16) return ctx.error("dtype may not be bfloat16");
   }
   KILN_ASSIGN_OR_RETURN(int64_t k, ctx.node().getInt("k", 0));
