@@ -188,6 +188,12 @@ TEST_F(KilnCli, NamesTheUnknownOp) {
                   "node 'mystery' (FooBar, opset 18): kiln does not support op 'FooBar'");
 }
 
+TEST_F(KilnCli, RefusesKilnsReservedDomain) {
+  expectUserError(kiln(fmt::format("run '{}'", model("reserved_domain").string())),
+                  "node 'sneaky' (FusedConv) uses domain 'kiln', which is reserved for ops kiln "
+                  "creates itself");
+}
+
 TEST_F(KilnCli, NamesTheAttributeOfTheWrongType) {
   expectUserError(kiln(fmt::format("run '{}'", model("bad_attribute_type").string())),
                   "node 'const' (Constant, opset 18): attribute 'value_int' must be of type "

@@ -20,6 +20,7 @@ const OpRegistry& OpRegistry::instance() {
     registerReductionSchemas(r);
     registerShapeSchemas(r);
     registerIndexingSchemas(r);
+    registerFusedSchemas(r);
     return r;
   }();
   return registry;
@@ -27,19 +28,21 @@ const OpRegistry& OpRegistry::instance() {
 
 void OpRegistry::add(OpSchema schema) {
   KILN_CHECK(schema.infer != nullptr);
-  KILN_CHECK(schemas_.count(schema.opType) == 0);
-  schemas_.emplace(schema.opType, std::move(schema));
+  auto key = std::make_pair(schema.domain, schema.opType);
+  KILN_CHECK(schemas_.count(key) == 0);
+  schemas_.emplace(std::move(key), std::move(schema));
 }
 
 const OpSchema* OpRegistry::find(const std::string& domain, const std::string& opType) const {
-  if (!domain.empty() && domain != "ai.onnx") return nullptr;
-  auto it = schemas_.find(opType);
+  auto it = schemas_.find({domain == "ai.onnx" ? "" : domain, opType});
   return it == schemas_.end() ? nullptr : &it->second;
 }
 
 std::vector<std::string> OpRegistry::opTypes() const {
   std::vector<std::string> names;
-  for (const auto& [name, schema] : schemas_) names.push_back(name);
+  for (const auto& [key, schema] : schemas_) {
+    names.push_back(key.first.empty() ? key.second : key.first + "." + key.second);
+  }
   return names;
 }
 

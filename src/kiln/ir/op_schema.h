@@ -76,8 +76,13 @@ class InferContext {
 
 using InferFn = std::function<Status(InferContext&)>;
 
+// The domain of kiln's own ops: what fusion passes create (FusedConv, ...). They never come from
+// a model file; the importer refuses unknown domains.
+inline constexpr const char* kKilnDomain = "kiln";
+
 struct OpSchema {
   std::string opType;
+  std::string domain;  // "" for the default ONNX domain, kKilnDomain for kiln's own ops
   int minInputs = 1;
   int maxInputs = 1;
   int minOutputs = 1;
@@ -100,7 +105,7 @@ class OpRegistry {
   std::vector<std::string> opTypes() const;
 
  private:
-  std::map<std::string, OpSchema> schemas_;  // default ONNX domain only, for now
+  std::map<std::pair<std::string, std::string>, OpSchema> schemas_;  // (domain, opType)
 };
 
 // Registration, one function per op family (src/kiln/ir/ops/<family>.cc).
@@ -109,6 +114,7 @@ void registerNeuralSchemas(OpRegistry& registry);
 void registerReductionSchemas(OpRegistry& registry);
 void registerShapeSchemas(OpRegistry& registry);
 void registerIndexingSchemas(OpRegistry& registry);
+void registerFusedSchemas(OpRegistry& registry);  // kiln's own ops, made by fusion passes
 
 // numpy-style multidirectional broadcasting of two shapes, or an error naming both.
 Result<Shape> broadcastShapes(const Shape& a, const Shape& b);

@@ -67,7 +67,8 @@ std::string printGraph(const Graph& graph) {
     for (const auto& [name, attribute] : node->attributes) {
       attributes.push_back(name + "=" + printAttribute(attribute));
     }
-    out << fmt::format("{} = {} \"{}\" ({})", fmt::join(outputs, ", "), node->opType, node->name,
+    const std::string op = node->domain.empty() ? node->opType : node->domain + "." + node->opType;
+    out << fmt::format("{} = {} \"{}\" ({})", fmt::join(outputs, ", "), op, node->name,
                        fmt::join(inputs, ", "));
     if (!attributes.empty()) out << fmt::format(" {{{}}}", fmt::join(attributes, ", "));
     out << "\n";

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "kiln/base/file.h"
+#include "kiln/ir/op_schema.h"
 #include "kiln/ir/shape_inference.h"
 #include "kiln/reference/executor.h"
 #include "onnx.pb.h"
@@ -432,6 +433,12 @@ class GraphImporter {
       const auto& nodeProto = proto.node(index);
       ir::Node* node = graph.addNode(nodeProto.op_type());
       node->domain = nodeProto.domain() == "ai.onnx" ? "" : nodeProto.domain();
+      if (node->domain == ir::kKilnDomain) {
+        return unsupported(
+            "node '{}' ({}) uses domain '{}', which is reserved for ops kiln "
+            "creates itself",
+            nodeProto.name(), nodeProto.op_type(), node->domain);
+      }
       std::string name = nodeProto.name();
       if (name.empty() || nodeNames.count(name)) {
         name = fmt::format("{}{}_{}", name.empty() ? "" : name + "_", nodeProto.op_type(), index);

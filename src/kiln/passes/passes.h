@@ -13,6 +13,12 @@ Status foldConstants(ir::Graph& graph, PassContext& context);
 extern const knobs::Knob kEliminateIdentity;
 Status eliminateIdentity(ir::Graph& graph, PassContext& context);
 
+// --- pattern recognition and simplification (recognize_*.cc, simplify_*.cc) ---
+// --- end pattern recognition ---
+
+// --- fusion (fold_batchnorm.cc, fuse_*.cc) ---
+// --- end fusion ---
+
 extern const knobs::Knob kEliminateDeadNodes;
 Status eliminateDeadNodes(ir::Graph& graph, PassContext& context);
 

@@ -14,6 +14,10 @@ const PassInfo kPipeline[] = {
     // Fold before matching patterns: exporters compute shapes and constant weight transforms
     // with small subgraphs, and folding turns them into the initializers patterns look for.
     {"fold_constants", &kFoldConstants, foldConstants},
+    // --- pattern recognition and simplification ---
+    // --- end pattern recognition ---
+    // --- fusion ---
+    // --- end fusion ---
     // Last: the rewrites above leave nodes whose outputs nothing reads.
     {"eliminate_dead_nodes", &kEliminateDeadNodes, eliminateDeadNodes},
 };

@@ -15,24 +15,26 @@ const KernelRegistry& KernelRegistry::instance() {
     registerReductionKernels(r);
     registerShapeKernels(r);
     registerIndexingKernels(r);
+    registerFusedKernels(r);
     return r;
   }();
   return registry;
 }
 
-void KernelRegistry::add(const std::string& opType, KernelFn kernel) {
-  KILN_CHECK(kernels_.count(opType) == 0);
-  kernels_.emplace(opType, std::move(kernel));
+void KernelRegistry::add(const std::string& opType, KernelFn kernel, const std::string& domain) {
+  auto key = std::make_pair(domain, opType);
+  KILN_CHECK(kernels_.count(key) == 0);
+  kernels_.emplace(std::move(key), std::move(kernel));
 }
 
-const KernelFn* KernelRegistry::find(const std::string& opType) const {
-  auto it = kernels_.find(opType);
+const KernelFn* KernelRegistry::find(const std::string& domain, const std::string& opType) const {
+  auto it = kernels_.find({domain == "ai.onnx" ? "" : domain, opType});
   return it == kernels_.end() ? nullptr : &it->second;
 }
 
 Result<std::vector<ir::Tensor>> evaluateNode(const ir::Node& node,
                                              std::span<const ir::Tensor* const> inputs) {
-  const KernelFn* kernel = KernelRegistry::instance().find(node.opType);
+  const KernelFn* kernel = KernelRegistry::instance().find(node.domain, node.opType);
   if (!kernel) {
     return unsupported("{}: the reference executor has no kernel for '{}'", node.describe(),
                        node.opType);
@@ -73,7 +75,7 @@ ir::ConstantEvaluator constantEvaluator() {
 
 Result<ReferenceExecutor> ReferenceExecutor::create(const ir::Graph& graph) {
   for (const auto& node : graph.nodes()) {
-    if (!KernelRegistry::instance().find(node->opType)) {
+    if (!KernelRegistry::instance().find(node->domain, node->opType)) {
       return unsupported("{}: the reference executor has no kernel for '{}'", node->describe(),
                          node->opType);
     }

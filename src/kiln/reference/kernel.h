@@ -56,11 +56,12 @@ using KernelFn = std::function<Status(KernelContext&)>;
 class KernelRegistry {
  public:
   static const KernelRegistry& instance();
-  void add(const std::string& opType, KernelFn kernel);
-  const KernelFn* find(const std::string& opType) const;
+  // `domain` is "" for ONNX ops, ir::kKilnDomain for kiln's own.
+  void add(const std::string& opType, KernelFn kernel, const std::string& domain = "");
+  const KernelFn* find(const std::string& domain, const std::string& opType) const;
 
  private:
-  std::map<std::string, KernelFn> kernels_;
+  std::map<std::pair<std::string, std::string>, KernelFn> kernels_;
 };
 
 // Registration, one function per op family (src/kiln/reference/kernels/<family>.cc), matching
@@ -70,5 +71,6 @@ void registerNeuralKernels(KernelRegistry& registry);
 void registerReductionKernels(KernelRegistry& registry);
 void registerShapeKernels(KernelRegistry& registry);
 void registerIndexingKernels(KernelRegistry& registry);
+void registerFusedKernels(KernelRegistry& registry);  // kiln's own ops
 
 }  // namespace kiln::reference
