@@ -11,6 +11,7 @@ packages=(
   libcli11-dev libfmt-dev             # command line, formatting
   nlohmann-json3-dev                  # JSON (knob listings, reports)
   libzip-dev zlib1g-dev               # .npz archives
+  libopenblas-dev                     # BLAS tactic source of the CPU backend
   libgtest-dev libgmock-dev           # unit tests
 )
 

@@ -16,6 +16,7 @@
 #include <set>
 #include <sstream>
 
+#include "kiln/engine/builder.h"
 #include "kiln/ir/op_schema.h"
 #include "kiln/onnx/import.h"
 #include "kiln/reference/executor.h"
@@ -122,6 +123,9 @@ TestResult classify(const Status& status) {
           status.message()};
 }
 
+// "reference" (the oracle) or "cpu" (passes and the CPU backend), from --backend.
+std::string backend = "reference";
+
 TestResult runDataSet(const fs::path& modelPath, const fs::path& dataDir) {
   // The model first: it says whether the data files hold tensors (kiln refuses sequence and
   // optional inputs, whose files would not parse as tensors).
@@ -154,9 +158,19 @@ TestResult runDataSet(const fs::path& modelPath, const fs::path& dataDir) {
   }
   auto model = kiln::onnx::importModel(modelPath, options);
   if (!model.isOk()) return classify(model.status());
-  auto executor = kiln::reference::ReferenceExecutor::create(model->graph);
-  if (!executor.isOk()) return classify(executor.status());
-  auto outputs = executor->run(runtimeInputs);
+  std::vector<std::string> outputNames;
+  for (const auto* output : model->graph.outputs) outputNames.push_back(output->name);
+  Result<std::vector<Tensor>> outputs = Status(StatusCode::kInternal, "not run");
+  if (backend == "cpu") {
+    // The whole compiler: the default route's passes, then the CPU backend's kernels.
+    auto build = kiln::buildCpu(std::move(model->graph), kiln::BuilderConfig());
+    if (!build.isOk()) return classify(build.status());
+    outputs = build->plan.run(runtimeInputs);
+  } else {
+    auto executor = kiln::reference::ReferenceExecutor::create(model->graph);
+    if (!executor.isOk()) return classify(executor.status());
+    outputs = executor->run(runtimeInputs);
+  }
   if (!outputs.isOk()) return classify(outputs.status());
   if (outputs->size() != expected.size()) {
     return {Outcome::kFail,
@@ -166,8 +180,7 @@ TestResult runDataSet(const fs::path& modelPath, const fs::path& dataDir) {
     std::string mismatch =
         compareTensors(bfloat16Bits(expected[i], (*outputs)[i].dtype()), (*outputs)[i]);
     if (!mismatch.empty()) {
-      return {Outcome::kFail,
-              fmt::format("output {} ('{}'): {}", i, model->graph.outputs[i]->name, mismatch)};
+      return {Outcome::kFail, fmt::format("output {} ('{}'): {}", i, outputNames[i], mismatch)};
     }
   }
   return {};
@@ -235,6 +248,8 @@ int main(int argc, char** argv) {
   app.add_option("--write-expected", writeExpected,
                  "write the list of failing tests, with their reasons, to this file");
   app.add_flag("-v,--verbose", verbose, "print every test's outcome");
+  app.add_option("--backend", backend, "reference (the oracle) or cpu (passes + CPU backend)")
+      ->check(CLI::IsMember({"reference", "cpu"}));
   CLI11_PARSE(app, argc, argv);
 
   if (!fs::is_directory(dataDir)) {

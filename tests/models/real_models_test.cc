@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "kiln/engine/builder.h"
 #include "kiln/ir/npy.h"
 #include "kiln/onnx/import.h"
 #include "kiln/reference/executor.h"
@@ -30,10 +31,10 @@ double normalizedMaxError(const ir::Tensor& actual, const ir::Tensor& expected) 
   return maxMagnitude == 0 ? maxError : maxError / maxMagnitude;
 }
 
-class RealModel : public ::testing::TestWithParam<std::string> {};
+class RealModel : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(RealModel, MatchesOnnxRuntime) {
-  const std::string name = GetParam();
+  const auto& [name, backend] = GetParam();
   const fs::path modelPath = fs::path(KILN_SHARED_MODELS_DIR) / (name + ".onnx");
   if (!fs::exists(modelPath)) GTEST_SKIP() << modelPath << " is not present";
   auto reference = ir::readNpz(fs::path(KILN_TEST_DATA_DIR) / "ort" / (name + ".npz"));
@@ -59,9 +60,17 @@ TEST_P(RealModel, MatchesOnnxRuntime) {
   std::vector<ir::Tensor> feeds;
   for (const ir::Value* input : graph.inputs) feeds.push_back(inputs.at(input->name));
 
-  auto executor = reference::ReferenceExecutor::create(graph);
-  ASSERT_TRUE(executor.isOk()) << executor.status().message();
-  auto outputs = executor->run(feeds);
+  Result<std::vector<ir::Tensor>> outputs = Status(StatusCode::kInternal, "not run");
+  if (backend == "reference") {
+    auto executor = reference::ReferenceExecutor::create(graph);
+    ASSERT_TRUE(executor.isOk()) << executor.status().message();
+    outputs = executor->run(feeds);
+  } else {
+    // The default route: every pass of the pipeline, then the CPU backend's kernels.
+    auto build = buildCpu(std::move(graph), BuilderConfig());
+    ASSERT_TRUE(build.isOk()) << build.status().message();
+    outputs = build->plan.run(feeds);
+  }
   ASSERT_TRUE(outputs.isOk()) << outputs.status().message();
   for (size_t i = 0; i < expected.size(); ++i) {
     const auto& [valueName, want] = expected[i];
@@ -69,13 +78,17 @@ TEST_P(RealModel, MatchesOnnxRuntime) {
     ASSERT_EQ(got.shape(), want.shape()) << valueName;
     const double error = normalizedMaxError(got, want);
     EXPECT_LT(error, 1e-4) << name << " output '" << valueName << "'";
-    std::printf("%s %s: normalized max error %.3g\n", name.c_str(), valueName.c_str(), error);
+    std::printf("%s on %s, %s: normalized max error %.3g\n", name.c_str(), backend.c_str(),
+                valueName.c_str(), error);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(SharedModels, RealModel,
-                         ::testing::Values("bert_mini", "convnext_mini", "mobilenet_v3_small",
-                                           "shufflenet_v2_x1_0", "squeezenet1_1", "vit_tiny"));
+INSTANTIATE_TEST_SUITE_P(
+    SharedModels, RealModel,
+    ::testing::Combine(::testing::Values("bert_mini", "convnext_mini", "mobilenet_v3_small",
+                                         "shufflenet_v2_x1_0", "squeezenet1_1", "vit_tiny"),
+                       ::testing::Values("reference", "cpu")),
+    [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
 
 }  // namespace
 }  // namespace kiln

@@ -3,7 +3,6 @@
 
 #include "kiln/cli/commands.h"
 #include "kiln/knobs/listing.h"
-#include "kiln/passes/pipeline.h"
 
 namespace kiln::cli {
 
@@ -15,8 +14,6 @@ struct KnobsOptions {
 };
 
 int listKnobs(const KnobsOptions& options) {
-  // The pipeline's passes declare their knobs; naming it keeps their files linked in.
-  (void)passes::pipelinePasses();
   const nlohmann::json listing = knobs::knobListing(knobs::KnobRegistry::global(), options.backend);
   if (options.json) {
     std::printf("%s\n", listing.dump(2).c_str());

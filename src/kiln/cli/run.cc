@@ -7,8 +7,17 @@
 #include <set>
 #include <sstream>
 
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <optional>
+
+#include "kiln/base/file.h"
+#include "kiln/base/statistics.h"
 #include "kiln/cli/commands.h"
+#include "kiln/engine/builder.h"
 #include "kiln/ir/npy.h"
+#include "kiln/ir/printer.h"
 #include "kiln/onnx/import.h"
 #include "kiln/reference/executor.h"
 
@@ -22,6 +31,14 @@ struct RunOptions {
   std::vector<std::string> loadInputs;
   std::string saveOutputs;
   uint64_t seed = 0;
+  std::string route;
+  std::string backend = "cpu";
+  std::string dumpIrAfter;
+  double warmUpMs = 200;  // trtexec's defaults
+  int iterations = 10;    // at least this many timed runs...
+  double durationS = 3;   // ...and at least this long
+  std::string exportTimes;
+  bool dumpProfile = false;
 };
 
 // Parses trtexec-style "name:file.npy,name2:file.npz" entries, or bare .npz files whose arrays
@@ -90,6 +107,49 @@ void printSummary(const std::string& name, const ir::Tensor& tensor) {
   std::printf("\n");
 }
 
+// trtexec's timing loop: warm up for --warmUp ms, then run at least --iterations times and
+// for at least --duration seconds; print the summary, and per-step times with --dumpProfile.
+Status measure(const std::function<Result<std::vector<ir::Tensor>>(std::vector<double>*)>& run,
+               const RunOptions& options, const cpu::Plan* plan) {
+  using Clock = std::chrono::steady_clock;
+  const auto warmUpEnd = Clock::now() + std::chrono::duration<double, std::milli>(options.warmUpMs);
+  while (Clock::now() < warmUpEnd) KILN_RETURN_IF_ERROR(run(nullptr).status());
+  std::vector<double> latencies;
+  std::vector<double> stepTotals(plan ? plan->steps().size() : 0, 0.0);
+  std::vector<double> steps;
+  const auto start = Clock::now();
+  while (static_cast<int>(latencies.size()) < options.iterations ||
+         Clock::now() - start < std::chrono::duration<double>(options.durationS)) {
+    const auto begin = Clock::now();
+    KILN_RETURN_IF_ERROR(run(options.dumpProfile ? &steps : nullptr).status());
+    latencies.push_back(std::chrono::duration<double, std::milli>(Clock::now() - begin).count());
+    for (size_t i = 0; i < steps.size() && i < stepTotals.size(); ++i) stepTotals[i] += steps[i];
+  }
+  const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+  const TimingSummary t = summarize(latencies);
+  std::printf(
+      "latency over %d runs (ms): min %.4f  median %.4f  mean %.4f  p90 %.4f  p99 %.4f  "
+      "max %.4f\nthroughput: %.2f inferences/s\n",
+      t.count, t.min, t.median, t.mean, t.p90, t.p99, t.max, t.count / wall);
+  if (options.dumpProfile && plan) {
+    std::printf("per-layer profile (mean ms over %d runs):\n", t.count);
+    std::printf("  %-40s %-22s %-18s %10s %6s\n", "layer", "op", "tactic", "ms", "%");
+    const double total = std::accumulate(stepTotals.begin(), stepTotals.end(), 0.0);
+    for (size_t i = 0; i < plan->steps().size(); ++i) {
+      const cpu::Step& step = *plan->steps()[i];
+      std::printf("  %-40s %-22s %-18s %10.4f %5.1f%%\n", step.node->name.c_str(),
+                  step.node->opType.c_str(), step.tactic.c_str(), stepTotals[i] / t.count,
+                  total > 0 ? 100.0 * stepTotals[i] / total : 0.0);
+    }
+  }
+  if (!options.exportTimes.empty()) {
+    nlohmann::json times = nlohmann::json::array();
+    for (double ms : latencies) times.push_back({{"latencyMs", ms}});
+    KILN_RETURN_IF_ERROR(writeFileAtomically(options.exportTimes, times.dump(1)));
+  }
+  return Status::ok();
+}
+
 int runModel(const RunOptions& options) {
   onnx::ImportOptions importOptions;
   if (!options.shapes.empty()) {
@@ -106,6 +166,8 @@ int runModel(const RunOptions& options) {
   auto model = onnx::importModel(options.model, importOptions);
   if (!model.isOk()) return reportError(model.status());
   const ir::Graph& graph = model->graph;
+  std::vector<std::string> outputNames;
+  for (const ir::Value* output : graph.outputs) outputNames.push_back(output->name);
 
   std::mt19937_64 rng(options.seed);
   std::vector<ir::Tensor> inputs;
@@ -139,18 +201,45 @@ int runModel(const RunOptions& options) {
     }
   }
 
-  auto executor = reference::ReferenceExecutor::create(graph);
-  if (!executor.isOk()) return reportError(executor.status());
-  const auto start = std::chrono::steady_clock::now();
-  auto outputs = executor->run(inputs);
-  const auto elapsed = std::chrono::steady_clock::now() - start;
+  // One function that runs the model once, on the backend asked for; timing wraps it.
+  std::function<Result<std::vector<ir::Tensor>>(std::vector<double>*)> runOnce;
+  std::optional<reference::ReferenceExecutor> oracle;
+  std::optional<CpuBuild> build;
+  if (options.backend == "reference") {
+    if (!options.route.empty()) {
+      return reportError(
+          invalidInput("--route applies to the cpu backend, not the reference "
+                       "executor (which takes no knobs)"));
+    }
+    auto executor = reference::ReferenceExecutor::create(graph);
+    if (!executor.isOk()) return reportError(executor.status());
+    oracle.emplace(std::move(executor).value());
+    runOnce = [&](std::vector<double>*) { return oracle->run(inputs); };
+  } else {
+    BuilderConfig config;
+    Status routeStatus = config.setBuildRoute(options.route);
+    if (!routeStatus.isOk()) return reportError(routeStatus);
+    config.pipeline.dumpAfter = options.dumpIrAfter;
+    config.pipeline.dump = [](const std::string& pass, const ir::Graph& g) {
+      std::printf("--- IR after %s ---\n%s", pass.c_str(), ir::printGraph(g).c_str());
+    };
+    auto built = buildCpu(std::move(model->graph), config);
+    if (!built.isOk()) return reportError(built.status());
+    build.emplace(std::move(built).value());
+    std::printf("route: %s\n",
+                config.getBuildRoute().empty() ? "(default)" : config.getBuildRoute().c_str());
+    runOnce = [&](std::vector<double>* steps) { return build->plan.run(inputs, steps); };
+  }
+
+  auto outputs = runOnce(nullptr);
   if (!outputs.isOk()) return reportError(outputs.status());
-  std::printf("ran on the reference executor in %.3f ms\noutputs:\n",
-              std::chrono::duration<double, std::milli>(elapsed).count());
+  auto timing = measure(runOnce, options, build ? &build->plan : nullptr);
+  if (!timing.isOk()) return reportError(timing);
+  std::printf("outputs:\n");
   ir::NamedTensors named;
   for (size_t i = 0; i < outputs->size(); ++i) {
-    printSummary(graph.outputs[i]->name, (*outputs)[i]);
-    named.emplace_back(graph.outputs[i]->name, (*outputs)[i]);
+    printSummary(outputNames[i], (*outputs)[i]);
+    named.emplace_back(outputNames[i], (*outputs)[i]);
   }
   if (!options.saveOutputs.empty()) {
     const std::filesystem::path path(options.saveOutputs);
@@ -181,6 +270,24 @@ Command addRunCommand(CLI::App& app) {
                   "inputs); inputs not given are seeded random");
   sub->add_option("--saveOutputs", options->saveOutputs, "write the outputs to this .npz file");
   sub->add_option("--seed", options->seed, "seed for random inputs")->default_val(0);
+  sub->add_option("--route", options->route,
+                  "build route: space-separated -knob=value tokens (`kiln knobs` lists them)");
+  sub->add_option("--backend", options->backend,
+                  "cpu (compiled, default) or reference (the oracle)")
+      ->check(CLI::IsMember({"cpu", "reference"}));
+  sub->add_option("--dump-ir-after", options->dumpIrAfter,
+                  "print the IR after this pass (or 'all')");
+  sub->add_option("--warmUp", options->warmUpMs, "warm-up time before timing, ms")
+      ->default_val(200)
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--iterations", options->iterations, "minimum number of timed runs")
+      ->default_val(10)
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--duration", options->durationS, "minimum timed duration, seconds")
+      ->default_val(3)
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--exportTimes", options->exportTimes, "write every run's latency as JSON");
+  sub->add_flag("--dumpProfile", options->dumpProfile, "print per-layer times (cpu backend)");
   return {sub, [options] { return runModel(*options); }};
 }
 

@@ -59,6 +59,15 @@ Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape
       raw, [](std::byte* p) { ::operator delete[](p, std::align_val_t{64}); });
 }
 
+Tensor Tensor::view(DType dtype, Shape shape, std::byte* data) {
+  Tensor tensor;
+  tensor.dtype_ = dtype;
+  tensor.shape_ = std::move(shape);
+  tensor.elementCount_ = tensor.shape_.elementCount();
+  tensor.data_ = std::shared_ptr<std::byte[]>(data, [](std::byte*) {});
+  return tensor;
+}
+
 Result<Tensor> Tensor::allocate(DType dtype, Shape shape) {
   KILN_ASSIGN_OR_RETURN(int64_t count, shape.checkedElementCount());
   (void)count;

@@ -72,6 +72,10 @@ class Tensor {
     return fromVector<T>(Shape{}, {value});
   }
 
+  // A tensor over memory it does not own (an execution arena): the caller keeps `data` alive
+  // and large enough for the shape.
+  static Tensor view(DType dtype, Shape shape, std::byte* data);
+
   bool empty() const { return data_ == nullptr && shape_.rank() == 0; }
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }

@@ -1,0 +1,150 @@
+// Lowering an ir::Graph to a CPU plan: a kernel per node (by the route's knobs), then the
+// arena layout of every runtime value.
+#include <cblas.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <unordered_map>
+
+#include "kiln/backends/cpu/kernels/steps.h"
+#include "kiln/backends/cpu/memory_planner.h"
+#include "kiln/backends/cpu/plan.h"
+
+namespace kiln::cpu {
+
+const knobs::Knob kThreads = knobs::declareKnob({
+    .name = "cpu.threads",
+    .kind = knobs::KnobKind::kInt,
+    .minValue = 0,
+    .maxValue = 256,
+    .defaultValue = "0",
+    .help = "threads for the CPU kernels (0: one per core)",
+    .backends = {"cpu"},
+});
+
+namespace {
+
+std::unique_ptr<Step> chooseStep(const ir::Node& node, const knobs::Route& route) {
+  if (auto step = makeGemmStep(node, route)) return step;
+  if (auto step = makeConvStep(node, route)) return step;
+  return makeReferenceStep(node);
+}
+
+bool allOutputsConstant(const ir::Node& node) {
+  for (const ir::Value* output : node.outputs) {
+    if (output && !output->constant) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Result<Plan> lowerToCpu(std::shared_ptr<const ir::Graph> graph, const knobs::Route& route) {
+  Plan plan;
+  plan.graph_ = graph;
+  const int64_t threads = route.intValue(kThreads);
+  plan.threads_ = threads > 0 ? static_cast<int>(threads)
+                              : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+
+  // Runtime values get arena slots; constants are read where the graph keeps them.
+  std::unordered_map<const ir::Value*, size_t> slot;
+  std::vector<Lifetime> lifetimes;
+  auto slotFor = [&](const ir::Value* value, int first) {
+    auto [it, inserted] = slot.emplace(value, lifetimes.size());
+    if (inserted) {
+      lifetimes.push_back(
+          {value->shape.elementCount() * static_cast<int64_t>(ir::dtypeSize(value->dtype)), first,
+           first});
+    }
+    return it->second;
+  };
+  for (const ir::Value* input : graph->inputs) slotFor(input, -1);
+
+  for (const auto& nodePtr : graph->nodes()) {
+    const ir::Node& node = *nodePtr;
+    if (allOutputsConstant(node)) continue;  // folded at build time (e.g. Shape of a static shape)
+    std::unique_ptr<Step> step = chooseStep(node, route);
+    if (!step) {
+      return unsupported("{}: the CPU backend has no kernel for '{}'", node.describe(),
+                         node.opType);
+    }
+    step->node = &node;
+    const int index = static_cast<int>(plan.steps_.size());
+    for (const ir::Value* input : node.inputs) {
+      if (input && !input->constant) lifetimes[slotFor(input, index)].last = index;
+    }
+    for (const ir::Value* output : node.outputs) {
+      if (output && !output->constant) slotFor(output, index);
+    }
+    plan.steps_.push_back(std::move(step));
+  }
+  const int stepCount = static_cast<int>(plan.steps_.size());
+  for (const ir::Value* output : graph->outputs) {
+    if (!output->constant) lifetimes[slotFor(output, stepCount)].last = stepCount;
+  }
+
+  const MemoryPlan memory = planMemory(lifetimes, route.value(kMemoryPlanner) == "reuse");
+  plan.arenaBytes_ = memory.arenaBytes;
+  auto refFor = [&](const ir::Value* value) {
+    BufferRef ref{value->dtype, value->shape};
+    if (value->constant) {
+      ref.constant = &*value->constant;
+    } else {
+      ref.offset = memory.offsets[slot.at(value)];
+    }
+    return ref;
+  };
+  for (auto& step : plan.steps_) {
+    for (const ir::Value* input : step->node->inputs) {
+      step->inputs.push_back(input ? std::optional<BufferRef>(refFor(input)) : std::nullopt);
+    }
+    for (const ir::Value* output : step->node->outputs) {
+      step->outputs.push_back(output ? std::optional<BufferRef>(refFor(output)) : std::nullopt);
+    }
+  }
+  for (const ir::Value* input : graph->inputs) plan.inputs_.push_back(refFor(input));
+  for (const ir::Value* output : graph->outputs) plan.outputs_.push_back(refFor(output));
+  return plan;
+}
+
+Result<std::vector<ir::Tensor>> Plan::run(const std::vector<ir::Tensor>& inputs,
+                                          std::vector<double>* stepMilliseconds) const {
+  if (inputs.size() != inputs_.size()) {
+    return invalidInput("the model has {} inputs, {} were given", inputs_.size(), inputs.size());
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].dtype() != inputs_[i].dtype || inputs[i].shape() != inputs_[i].shape) {
+      return invalidInput("input '{}' must be {} {}, got {} {}", graph_->inputs[i]->name,
+                          ir::dtypeName(inputs_[i].dtype), inputs_[i].shape.toString(),
+                          ir::dtypeName(inputs[i].dtype()), inputs[i].shape().toString());
+    }
+  }
+  if (arena_.empty() && arenaBytes_ > 0)
+    arena_ = ir::Tensor(ir::DType::kUInt8, ir::Shape{arenaBytes_});
+  openblas_set_num_threads(threads_);
+  ExecutionContext context(arena_.mutableRawData());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    std::memcpy(context.address(inputs_[i]), inputs[i].rawData(), inputs[i].byteSize());
+  }
+  if (stepMilliseconds) stepMilliseconds->assign(steps_.size(), 0.0);
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    Status status = steps_[i]->run(context);
+    if (!status.isOk()) return status;
+    if (stepMilliseconds) {
+      (*stepMilliseconds)[i] =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count();
+    }
+  }
+  std::vector<ir::Tensor> outputs;
+  for (const BufferRef& ref : outputs_) {
+    ir::Tensor out(ref.dtype, ref.shape);
+    std::memcpy(out.mutableRawData(), context.address(ref), out.byteSize());
+    outputs.push_back(std::move(out));
+  }
+  return outputs;
+}
+
+}  // namespace kiln::cpu

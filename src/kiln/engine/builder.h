@@ -1,0 +1,42 @@
+// The public way to build: a BuilderConfig carries the build route (TensorRT's
+// setBuildRoute/getBuildRoute), buildCpu runs the pass pipeline and lowers to a CPU plan.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/backends/cpu/plan.h"
+#include "kiln/knobs/route.h"
+#include "kiln/passes/pipeline.h"
+
+namespace kiln {
+
+class BuilderConfig {
+ public:
+  // Validates and sets the route ("-fusion.conv_act=off -cpu.threads=2"); on error the config
+  // keeps its previous route.
+  Status setBuildRoute(const std::string& route);
+  // The route in canonical form (sorted, defaults left out; "" for the default route).
+  std::string getBuildRoute() const { return route_.canonicalText(); }
+  const knobs::Route& route() const { return route_; }
+
+  passes::PipelineOptions pipeline;  // --dump-ir-after and its printer
+
+ private:
+  knobs::Route route_;
+};
+
+struct CpuBuild {
+  cpu::Plan plan;
+  std::vector<passes::PassRecord> passes;
+};
+
+// Runs the pass pipeline on `graph` (consumed) and lowers it to a CPU plan.
+Result<CpuBuild> buildCpu(ir::Graph graph, const BuilderConfig& config);
+
+// Every knob with its allowed values, default and help, as JSON in trtexec's shape
+// ({"tuner_version", "tuner_options": [...]}) plus kiln's fields; `backend` filters ("" = all).
+std::string allBuildRoutes(const std::string& backend = "");
+
+}  // namespace kiln
