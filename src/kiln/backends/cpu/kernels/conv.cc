@@ -5,7 +5,9 @@
 
 #include <cstring>
 
+#include "kiln/backends/cpu/kernels/epilogue.h"
 #include "kiln/backends/cpu/kernels/steps.h"
+#include "kiln/ir/op_schema.h"
 #include "kiln/ir/ops/neural.h"
 
 namespace kiln::cpu {
@@ -38,17 +40,25 @@ struct ConvShape {
 
 class ConvStep : public Step {
  public:
-  ConvStep(ConvShape shape, bool direct) : shape_(shape), direct_(direct) {}
+  ConvStep(ConvShape shape, bool direct, Epilogue epilogue)
+      : shape_(shape), direct_(direct), epilogue_(epilogue) {}
 
+  // Inputs: X, W, B? and, for FusedConv, the residual (same shape as the output).
   Status run(const ExecutionContext& context) const override {
     const float* x = context.data<float>(*inputs[0]);
     const float* w = context.data<float>(*inputs[1]);
     const float* bias = inputs.size() > 2 && inputs[2] ? context.data<float>(*inputs[2]) : nullptr;
+    const float* residual =
+        inputs.size() > 3 && inputs[3] ? context.data<float>(*inputs[3]) : nullptr;
     float* y = context.data<float>(*outputs[0]);
     if (direct_) {
       runDirect(x, w, bias, y);
     } else {
       runIm2col(x, w, bias, y);
+    }
+    // The epilogue runs over the whole output once; it is cheap next to the convolution.
+    if (residual || !epilogue_.empty()) {
+      epilogue_.apply(y, outputs[0]->shape.elementCount(), residual);
     }
     return Status::ok();
   }
@@ -133,13 +143,17 @@ class ConvStep : public Step {
 
   ConvShape shape_;
   bool direct_;
+  Epilogue epilogue_;
   mutable std::vector<float> columns_;  // im2col scratch; a plan runs on one thread at a time
 };
 
 }  // namespace
 
 std::unique_ptr<Step> makeConvStep(const ir::Node& node, const knobs::Route& route) {
-  if (!node.domain.empty() || node.opType != "Conv") return nullptr;
+  const bool fused = node.domain == ir::kKilnDomain && node.opType == "FusedConv";
+  if (!fused && (!node.domain.empty() || node.opType != "Conv")) return nullptr;
+  std::optional<Epilogue> epilogue = Epilogue::fromNode(node);
+  if (!epilogue) return nullptr;
   const std::string& algo = route.value(kConvAlgo, &node);
   if (algo == "reference") return nullptr;
   const ir::Value* x = node.inputs[0];
@@ -167,7 +181,7 @@ std::unique_ptr<Step> makeConvStep(const ir::Node& node, const knobs::Route& rou
               *group};
   const bool depthwise = s.group == s.channels && s.group > 1;
   const bool direct = algo == "direct" || (algo == "auto" && depthwise);
-  auto step = std::make_unique<ConvStep>(s, direct);
+  auto step = std::make_unique<ConvStep>(s, direct, *epilogue);
   step->tactic = direct ? "direct" : (s.pointwise() ? "pointwise+blas" : "im2col+blas");
   return step;
 }

@@ -7,7 +7,9 @@
 
 #include <cstring>
 
+#include "kiln/backends/cpu/kernels/epilogue.h"
 #include "kiln/backends/cpu/kernels/steps.h"
+#include "kiln/ir/op_schema.h"
 
 namespace kiln::cpu {
 
@@ -81,16 +83,19 @@ class MatMulStep : public Step {
   }
 };
 
+// Gemm, and kiln's FusedGemm (Gemm + activation, whose A may be batched [..., K]: the batch
+// rows are contiguous, so they run as one [rows, K] product).
 class GemmStep : public Step {
  public:
-  GemmStep(bool transA, bool transB, float alpha, float beta)
-      : transA_(transA), transB_(transB), alpha_(alpha), beta_(beta) {}
+  GemmStep(bool transA, bool transB, float alpha, float beta, Epilogue epilogue)
+      : transA_(transA), transB_(transB), alpha_(alpha), beta_(beta), epilogue_(epilogue) {}
 
   Status run(const ExecutionContext& context) const override {
     const BufferRef& a = *inputs[0];
     const BufferRef& y = *outputs[0];
-    const int64_t m = y.shape[0], n = y.shape[1];
-    const int64_t k = transA_ ? a.shape[0] : a.shape[1];
+    const int64_t n = y.shape[y.shape.rank() - 1];
+    const int64_t m = y.shape.elementCount() / std::max<int64_t>(n, 1);
+    const int64_t k = transA_ ? a.shape[0] : a.shape[a.shape.rank() - 1];
     float* Y = context.data<float>(y);
     float beta = 0.0f;
     if (inputs.size() > 2 && inputs[2] && beta_ != 0.0f) {
@@ -109,18 +114,21 @@ class GemmStep : public Step {
     cblas_sgemm(CblasRowMajor, transA_ ? CblasTrans : CblasNoTrans,
                 transB_ ? CblasTrans : CblasNoTrans, m, n, k, alpha_, context.data<float>(a),
                 transA_ ? m : k, context.data<float>(*inputs[1]), transB_ ? k : n, beta, Y, n);
+    epilogue_.apply(Y, m * n, nullptr);
     return Status::ok();
   }
 
  private:
   bool transA_, transB_;
   float alpha_, beta_;
+  Epilogue epilogue_;
 };
 
 }  // namespace
 
 std::unique_ptr<Step> makeGemmStep(const ir::Node& node, const knobs::Route& route) {
-  if (!node.domain.empty() || !allFloat32(node)) return nullptr;
+  const bool fused = node.domain == ir::kKilnDomain && node.opType == "FusedGemm";
+  if ((!node.domain.empty() && !fused) || !allFloat32(node)) return nullptr;
   if (route.value(kGemmSource, &node) != "blas") return nullptr;
   std::unique_ptr<Step> step;
   if (node.opType == "MatMul") {
@@ -128,11 +136,14 @@ std::unique_ptr<Step> makeGemmStep(const ir::Node& node, const knobs::Route& rou
     // the batch walk does not follow; the reference kernel takes that rare case.
     if (node.inputs[0]->shape.rank() < 2 && node.inputs[1]->shape.rank() > 2) return nullptr;
     step = std::make_unique<MatMulStep>();
-  } else if (node.opType == "Gemm") {
+  } else if (node.opType == "Gemm" || fused) {
     auto transA = node.getInt("transA", 0), transB = node.getInt("transB", 0);
     auto alpha = node.getFloat("alpha", 1.0f), beta = node.getFloat("beta", 1.0f);
-    if (!transA.isOk() || !transB.isOk() || !alpha.isOk() || !beta.isOk()) return nullptr;
-    step = std::make_unique<GemmStep>(*transA != 0, *transB != 0, *alpha, *beta);
+    std::optional<Epilogue> epilogue = Epilogue::fromNode(node);
+    if (!transA.isOk() || !transB.isOk() || !alpha.isOk() || !beta.isOk() || !epilogue) {
+      return nullptr;
+    }
+    step = std::make_unique<GemmStep>(*transA != 0, *transB != 0, *alpha, *beta, *epilogue);
   } else {
     return nullptr;
   }
