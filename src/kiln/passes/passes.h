@@ -14,9 +14,35 @@ extern const knobs::Knob kEliminateIdentity;
 Status eliminateIdentity(ir::Graph& graph, PassContext& context);
 
 // --- pattern recognition and simplification (recognize_*.cc, simplify_*.cc) ---
+// In pipeline order. Exporters write redundant layout chains (Transpose pairs, Reshape after
+// Squeeze) and spell LayerNormalization and GELU out as elementwise chains; one node each runs
+// faster and gives the fusions one node to match.
+extern const knobs::Knob kSimplifyTransposeReshape;
+Status simplifyTransposeReshape(ir::Graph& graph, PassContext& context);
+
+extern const knobs::Knob kRecognizeLayerNorm;
+Status recognizeLayerNorm(ir::Graph& graph, PassContext& context);
+
+extern const knobs::Knob kRecognizeGelu;
+Status recognizeGelu(ir::Graph& graph, PassContext& context);
 // --- end pattern recognition ---
 
 // --- fusion (fold_batchnorm.cc, fuse_*.cc) ---
+// In pipeline order: BN folding first exposes Conv -> activation pairs to the fusions.
+extern const knobs::Knob kFoldBatchNorm;
+Status foldBatchNorm(ir::Graph& graph, PassContext& context);
+
+extern const knobs::Knob kFuseConvActivation;
+extern const knobs::Knob kFuseConvResidual;
+Status fuseConvActivation(ir::Graph& graph, PassContext& context);
+
+extern const knobs::Knob kFuseGemmActivation;
+Status fuseGemmActivation(ir::Graph& graph, PassContext& context);
+
+// The attributes (activation, activation_alpha, activation_beta) with which FusedConv and
+// FusedGemm apply `node` to their result, or nothing when `node` is not an activation they
+// apply exactly. Defined in fuse_conv_activation.cc; both fusions share it so the two ops agree.
+std::optional<std::map<std::string, ir::Attribute>> fusedActivationAttributes(const ir::Node& node);
 // --- end fusion ---
 
 extern const knobs::Knob kEliminateDeadNodes;

@@ -15,8 +15,21 @@ const PassInfo kPipeline[] = {
     // with small subgraphs, and folding turns them into the initializers patterns look for.
     {"fold_constants", &kFoldConstants, foldConstants},
     // --- pattern recognition and simplification ---
+    // After folding, which turns exporters' computed shapes into the constants these rewrites
+    // need; before the recognizers, whose patterns such layout chains can split.
+    {"simplify_transpose_reshape", &kSimplifyTransposeReshape, simplifyTransposeReshape},
+    // Recognizers after folding, so eps, gamma, beta and the GELU constants are constants; before
+    // fusion, which then sees one LayerNormalization or Gelu node instead of a chain.
+    {"recognize_layernorm", &kRecognizeLayerNorm, recognizeLayerNorm},
+    {"recognize_gelu", &kRecognizeGelu, recognizeGelu},
     // --- end pattern recognition ---
     // --- fusion ---
+    // Before the activation fusions: a BatchNormalization between Conv and Relu hides the pair.
+    {"fold_batchnorm", &kFoldBatchNorm, foldBatchNorm},
+    // After BN folding (Conv -> Relu is then adjacent); absorbs bias/residual Adds + activation.
+    {"fuse_conv_activation", &kFuseConvActivation, fuseConvActivation},
+    // After BN folding too (Gemm + BN folds into Gemm first); MatMul + Add + act -> FusedGemm.
+    {"fuse_gemm_activation", &kFuseGemmActivation, fuseGemmActivation},
     // --- end fusion ---
     // Last: the rewrites above leave nodes whose outputs nothing reads.
     {"eliminate_dead_nodes", &kEliminateDeadNodes, eliminateDeadNodes},
