@@ -246,4 +246,60 @@ TEST_F(KilnCli, RefusesInputFilesThatDoNotFit) {
                   "--shapes names 'other', which is not an input of the model");
 }
 
+TEST_F(KilnCli, BuildsInspectsAndRunsAnEngine) {
+  const fs::path engine = dir_ / "sample.kiln";
+  Outcome built = kiln(fmt::format("build '{}' --route '-cpu.conv.algo=direct' --saveEngine '{}'",
+                                   KILN_SAMPLE_MODEL, engine.string()));
+  ASSERT_EQ(built.exitCode, 0) << built.err;
+  EXPECT_NE(built.out.find("saved engine to"), std::string::npos) << built.out;
+
+  Outcome inspected = kiln(fmt::format("inspect '{}'", engine.string()));
+  ASSERT_EQ(inspected.exitCode, 0) << inspected.err;
+  for (const char* expected :
+       {"format_version: 1", "backend: cpu", "model_hash: fnv1a64:", "avx2 ",
+        "route: -cpu.conv.algo=direct", "image : float32[1,3,32,32]", "stem.conv", "FusedConv",
+        "direct", "head.fc", "blas.sgemm", "nchw     fp32"}) {
+    EXPECT_NE(inspected.out.find(expected), std::string::npos)
+        << "missing '" << expected << "' in:\n"
+        << inspected.out;
+  }
+
+  // The engine computes exactly what a fresh build with the same route does.
+  const fs::path fromEngine = dir_ / "engine.npz";
+  const fs::path fromModel = dir_ / "model.npz";
+  Outcome ran = kiln(fmt::format("run '{}' --seed 3 --duration 0 --warmUp 0 --saveOutputs '{}'",
+                                 engine.string(), fromEngine.string()));
+  ASSERT_EQ(ran.exitCode, 0) << ran.err;
+  ASSERT_EQ(kiln(fmt::format("run '{}' --route '-cpu.conv.algo=direct' --seed 3 --duration 0 "
+                             "--warmUp 0 --saveOutputs '{}'",
+                             KILN_SAMPLE_MODEL, fromModel.string()))
+                .exitCode,
+            0);
+  auto a = kiln::ir::readNpz(fromEngine).value()[0].second;
+  auto b = kiln::ir::readNpz(fromModel).value()[0].second;
+  ASSERT_EQ(a.byteSize(), b.byteSize());
+  EXPECT_EQ(std::memcmp(a.rawData(), b.rawData(), a.byteSize()), 0);
+
+  // Model-only flags do not silently apply to an engine.
+  expectUserError(kiln(fmt::format("run '{}' --route '-cpu.threads=1'", engine.string())),
+                  "is an engine file: --shapes, --route");
+}
+
+TEST_F(KilnCli, RefusesATamperedEngine) {
+  const fs::path engine = dir_ / "sample.kiln";
+  ASSERT_EQ(kiln(fmt::format("build '{}' --saveEngine '{}'", KILN_SAMPLE_MODEL, engine.string()))
+                .exitCode,
+            0);
+  std::string bytes = kiln::readFileBytes(engine).value();
+  bytes[bytes.size() - 5] ^= 0x40;
+  writeFile(engine, bytes);
+  expectUserError(kiln(fmt::format("run '{}'", engine.string())),
+                  fmt::format("engine '{}': corrupt or tampered", engine.string()));
+  expectUserError(kiln(fmt::format("inspect '{}'", engine.string())), "corrupt or tampered");
+  writeFile(engine, bytes.substr(0, bytes.size() / 2));
+  expectUserError(kiln(fmt::format("run '{}'", engine.string())), "truncated");
+  writeFile(engine, "not an engine at all");
+  expectUserError(kiln(fmt::format("inspect '{}'", engine.string())), "not a kiln engine");
+}
+
 }  // namespace

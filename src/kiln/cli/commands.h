@@ -18,6 +18,7 @@ struct Command {
 };
 
 Command addInspectCommand(CLI::App& app);
+Command addBuildCommand(CLI::App& app);
 Command addRunCommand(CLI::App& app);
 Command addKnobsCommand(CLI::App& app);
 

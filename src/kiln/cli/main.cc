@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string(kiln::cli::kVersion));
   std::vector<kiln::cli::Command> commands;
   commands.push_back(kiln::cli::addInspectCommand(app));
+  commands.push_back(kiln::cli::addBuildCommand(app));
   commands.push_back(kiln::cli::addRunCommand(app));
   commands.push_back(kiln::cli::addKnobsCommand(app));
   CLI11_PARSE(app, argc, argv);

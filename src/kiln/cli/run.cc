@@ -1,5 +1,6 @@
-// `kiln run model.onnx`: feed inputs (from .npy/.npz files, or seeded random), run the model on
-// the CPU, print a summary of every output and optionally save them.
+// `kiln run model.onnx` (or an engine file from `kiln build`): feed inputs (from .npy/.npz files,
+// or seeded random), run the model on the CPU, print a summary of every output and optionally
+// save them.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include "kiln/base/statistics.h"
 #include "kiln/cli/commands.h"
 #include "kiln/engine/builder.h"
+#include "kiln/engine/engine_file.h"
 #include "kiln/ir/npy.h"
 #include "kiln/ir/printer.h"
 #include "kiln/onnx/import.h"
@@ -151,6 +153,18 @@ Status measure(const std::function<Result<std::vector<ir::Tensor>>(std::vector<d
 }
 
 int runModel(const RunOptions& options) {
+  const bool fromEngine = isEngineFile(options.model);
+  if (fromEngine) {
+    // The engine fixed shapes, route and passes when it was built; silently ignoring these
+    // flags would run something other than what the user asked for.
+    if (!options.shapes.empty() || !options.route.empty() || !options.dumpIrAfter.empty() ||
+        options.backend != "cpu") {
+      return reportError(invalidInput(
+          "'{}' is an engine file: --shapes, --route, --dump-ir-after and --backend apply to "
+          "ONNX models only (the engine fixed them when it was built)",
+          options.model));
+    }
+  }
   onnx::ImportOptions importOptions;
   if (!options.shapes.empty()) {
     auto shapes = onnx::parseShapeSpec(options.shapes);
@@ -163,9 +177,18 @@ int runModel(const RunOptions& options) {
   for (const auto& [name, tensor] : *given) {
     importOptions.inputShapes.try_emplace(name, tensor.shape().dims());
   }
-  auto model = onnx::importModel(options.model, importOptions);
-  if (!model.isOk()) return reportError(model.status());
-  const ir::Graph& graph = model->graph;
+  std::optional<onnx::Model> model;
+  std::optional<LoadedEngine> engine;
+  if (fromEngine) {
+    auto loaded = loadEngine(options.model);
+    if (!loaded.isOk()) return reportError(loaded.status());
+    engine.emplace(std::move(loaded).value());
+  } else {
+    auto imported = onnx::importModel(options.model, importOptions);
+    if (!imported.isOk()) return reportError(imported.status());
+    model.emplace(std::move(imported).value());
+  }
+  const ir::Graph& graph = engine ? engine->plan.graph() : model->graph;
   std::vector<std::string> outputNames;
   for (const ir::Value* output : graph.outputs) outputNames.push_back(output->name);
 
@@ -205,7 +228,13 @@ int runModel(const RunOptions& options) {
   std::function<Result<std::vector<ir::Tensor>>(std::vector<double>*)> runOnce;
   std::optional<reference::ReferenceExecutor> oracle;
   std::optional<CpuBuild> build;
-  if (options.backend == "reference") {
+  const cpu::Plan* plan = nullptr;
+  if (engine) {
+    plan = &engine->plan;
+    std::printf("engine: %s (route: %s)\n", options.model.c_str(),
+                engine->route.empty() ? "(default)" : engine->route.c_str());
+    runOnce = [&](std::vector<double>* steps) { return engine->plan.run(inputs, steps); };
+  } else if (options.backend == "reference") {
     if (!options.route.empty()) {
       return reportError(
           invalidInput("--route applies to the cpu backend, not the reference "
@@ -226,6 +255,7 @@ int runModel(const RunOptions& options) {
     auto built = buildCpu(std::move(model->graph), config);
     if (!built.isOk()) return reportError(built.status());
     build.emplace(std::move(built).value());
+    plan = &build->plan;
     std::printf("route: %s\n",
                 config.getBuildRoute().empty() ? "(default)" : config.getBuildRoute().c_str());
     runOnce = [&](std::vector<double>* steps) { return build->plan.run(inputs, steps); };
@@ -233,7 +263,7 @@ int runModel(const RunOptions& options) {
 
   auto outputs = runOnce(nullptr);
   if (!outputs.isOk()) return reportError(outputs.status());
-  auto timing = measure(runOnce, options, build ? &build->plan : nullptr);
+  auto timing = measure(runOnce, options, plan);
   if (!timing.isOk()) return reportError(timing);
   std::printf("outputs:\n");
   ir::NamedTensors named;
@@ -262,7 +292,8 @@ int runModel(const RunOptions& options) {
 Command addRunCommand(CLI::App& app) {
   auto options = std::make_shared<RunOptions>();
   CLI::App* sub = app.add_subcommand("run", "Run a model on the CPU and summarise its outputs");
-  sub->add_option("model", options->model, "the .onnx file")->required();
+  sub->add_option("model", options->model, "the .onnx file, or an engine file from `kiln build`")
+      ->required();
   sub->add_option("--shapes", options->shapes,
                   "fix dynamic input shapes: name:1x3x224x224,name2:...");
   sub->add_option("--loadInputs", options->loadInputs,
