@@ -1,7 +1,9 @@
 // Building: passes, then lowering.
 #include "kiln/engine/builder.h"
 
+#include "kiln/ir/shape_inference.h"
 #include "kiln/knobs/listing.h"
+#include "kiln/reference/executor.h"
 
 namespace kiln {
 
@@ -12,6 +14,9 @@ Status BuilderConfig::setBuildRoute(const std::string& route) {
 }
 
 Result<CpuBuild> buildCpu(ir::Graph graph, const BuilderConfig& config) {
+  // An imported graph is typed already; a graph built through the API may not be, and plans
+  // size their buffers from the types.
+  KILN_RETURN_IF_ERROR(ir::inferShapes(graph, reference::constantEvaluator()));
   KILN_RETURN_IF_ERROR(config.route().checkSelectors(graph));
   KILN_ASSIGN_OR_RETURN(std::vector<passes::PassRecord> records,
                         passes::runPipeline(graph, config.route(), config.pipeline));

@@ -28,6 +28,11 @@ namespace {
 std::unique_ptr<Step> chooseStep(const ir::Node& node, const knobs::Route& route) {
   if (auto step = makeGemmStep(node, route)) return step;
   if (auto step = makeConvStep(node, route)) return step;
+  if (auto step = makePoolStep(node, route)) return step;
+  if (auto step = makeSoftmaxStep(node, route)) return step;
+  if (auto step = makeLayerNormStep(node, route)) return step;
+  if (auto step = makeTransposeStep(node, route)) return step;
+  if (auto step = makeEltwiseStep(node, route)) return step;
   return makeReferenceStep(node);
 }
 
@@ -50,6 +55,11 @@ Result<Plan> lowerToCpu(std::shared_ptr<const ir::Graph> graph, const knobs::Rou
   // Runtime values get arena slots; constants are read where the graph keeps them.
   std::unordered_map<const ir::Value*, size_t> slot;
   std::vector<Lifetime> lifetimes;
+  for (const auto& value : graph->values()) {
+    if (!value->hasType) {
+      return internalError("value '{}' has no type: lower only shape-inferred graphs", value->name);
+    }
+  }
   auto slotFor = [&](const ir::Value* value, int first) {
     auto [it, inserted] = slot.emplace(value, lifetimes.size());
     if (inserted) {

@@ -1,0 +1,109 @@
+// LayerNormalization in float32 over the trailing axes: a two-pass mean and variance per row
+// (the one-pass E[x^2] - E[x]^2 form cancels badly), then one scale-and-shift pass.
+#include <cmath>
+
+#include "kiln/backends/cpu/kernels/steps.h"
+
+namespace kiln::cpu {
+
+const knobs::Knob kLayerNormImpl = knobs::declareKnob({
+    .name = "cpu.layernorm.impl",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"fast", "reference"},
+    .defaultValue = "fast",
+    .help = "LayerNormalization: float32 rows with a two-pass variance, or the reference kernel",
+    .backends = {"cpu"},
+    .perNode = true,
+});
+
+namespace {
+
+class LayerNormStep : public Step {
+ public:
+  LayerNormStep(int64_t rows, int64_t width, float epsilon)
+      : rows_(rows), width_(width), epsilon_(epsilon) {}
+
+  Status run(const ExecutionContext& context) const override {
+    const float* x = context.data<float>(*inputs[0]);
+    const float* scale = context.data<float>(*inputs[1]);
+    const float* bias = inputs.size() > 2 && inputs[2] ? context.data<float>(*inputs[2]) : nullptr;
+    float* y = context.data<float>(*outputs[0]);
+    for (int64_t r = 0; r < rows_; ++r) {
+      const float* in = x + r * width_;
+      float* out = y + r * width_;
+      // Mean, deviations and sums are taken in double: with a large common offset the float
+      // mean alone is off by half an ulp of the offset, which the division by the (small)
+      // standard deviation would magnify. Only the final scale-and-shift is float.
+      double sum = 0.0;
+      for (int64_t i = 0; i < width_; ++i) sum += in[i];
+      const double mean = sum / static_cast<double>(width_);
+      double squares = 0.0;
+      for (int64_t i = 0; i < width_; ++i) {
+        const double d = in[i] - mean;
+        squares += d * d;
+      }
+      const double invStdDev = 1.0 / std::sqrt(squares / static_cast<double>(width_) + epsilon_);
+      for (int64_t i = 0; i < width_; ++i) {
+        out[i] = static_cast<float>((in[i] - mean) * invStdDev) * scale[i];
+      }
+      if (bias) {
+        for (int64_t i = 0; i < width_; ++i) out[i] += bias[i];
+      }
+    }
+    return Status::ok();
+  }
+
+ private:
+  int64_t rows_, width_;
+  float epsilon_;
+};
+
+// True when `param` (scale or bias) holds exactly one value per normalised element, laid out as
+// the trailing axes of x, so row i of x pairs with param[i] without broadcasting.
+bool matchesTrailingAxes(const ir::Value* param, const ir::Shape& x, int64_t axis) {
+  if (!param || param->dtype != ir::DType::kFloat32) return false;
+  const ir::Shape& p = param->shape;
+  if (p.rank() > x.rank()) return false;
+  const size_t offset = x.rank() - p.rank();
+  for (size_t i = 0; i < p.rank(); ++i) {
+    const size_t xi = offset + i;
+    if (static_cast<int64_t>(xi) < axis ? p[i] != 1 : p[i] != x[xi]) return false;
+  }
+  // Every normalised axis must be present (or 1) in the parameter for a one-to-one pairing.
+  for (size_t xi = static_cast<size_t>(axis); xi < offset; ++xi) {
+    if (x[xi] != 1) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::unique_ptr<Step> makeLayerNormStep(const ir::Node& node, const knobs::Route& route) {
+  if (!node.domain.empty() || node.opType != "LayerNormalization") return nullptr;
+  if (route.value(kLayerNormImpl, &node) != "fast") return nullptr;
+  // The Mean and InvStdDev outputs are left to the reference kernel.
+  for (size_t i = 1; i < node.outputs.size(); ++i) {
+    if (node.outputs[i]) return nullptr;
+  }
+  if (node.inputs.size() < 2) return nullptr;
+  const ir::Value* x = node.inputs[0];
+  if (x->dtype != ir::DType::kFloat32 || node.outputs[0]->dtype != ir::DType::kFloat32) {
+    return nullptr;
+  }
+  const int64_t rank = static_cast<int64_t>(x->shape.rank());
+  auto rawAxis = node.getInt("axis", -1);
+  auto epsilon = node.getFloat("epsilon", 1e-5f);
+  if (!rawAxis.isOk() || !epsilon.isOk() || *rawAxis < -rank || *rawAxis >= rank) return nullptr;
+  const int64_t axis = *rawAxis < 0 ? *rawAxis + rank : *rawAxis;
+  if (!matchesTrailingAxes(node.inputs[1], x->shape, axis)) return nullptr;
+  const bool hasBias = node.inputs.size() > 2 && node.inputs[2];
+  if (hasBias && !matchesTrailingAxes(node.inputs[2], x->shape, axis)) return nullptr;
+  int64_t width = 1;
+  for (int64_t i = axis; i < rank; ++i) width *= x->shape[static_cast<size_t>(i)];
+  if (width == 0) return nullptr;
+  auto step = std::make_unique<LayerNormStep>(x->shape.elementCount() / width, width, *epsilon);
+  step->tactic = "fast.layernorm_rows";
+  return step;
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,155 @@
+// Transpose of any rank and dtype (moved by element size): axes that stay adjacent are merged
+// at build time, and the last two output axes are copied in square tiles so that both the
+// reads and the writes stay within a few cache lines.
+#include <cstring>
+#include <numeric>
+
+#include "kiln/backends/cpu/kernels/steps.h"
+
+namespace kiln::cpu {
+
+const knobs::Knob kTransposeImpl = knobs::declareKnob({
+    .name = "cpu.transpose.impl",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"fast", "reference"},
+    .defaultValue = "fast",
+    .help = "Transpose: merged axes and tiled copies, or the reference kernel",
+    .backends = {"cpu"},
+    .perNode = true,
+});
+
+namespace {
+
+// The transpose after merging: output axis i has extent dims[i] and advances the input by
+// strides[i] elements.
+struct Walk {
+  std::vector<int64_t> dims;
+  std::vector<int64_t> strides;
+};
+
+Walk simplify(const ir::Shape& input, const std::vector<int64_t>& perm) {
+  const size_t rank = input.rank();
+  std::vector<int64_t> inputStrides(rank, 1);
+  for (size_t i = rank; i-- > 1;) inputStrides[i - 1] = inputStrides[i] * input[i];
+  Walk walk;
+  for (size_t i = 0; i < rank; ++i) {
+    const size_t axis = static_cast<size_t>(perm[i]);
+    const int64_t dim = input[axis];
+    if (dim == 1) continue;  // size-1 axes move nothing
+    const int64_t stride = inputStrides[axis];
+    // An output axis whose input stride times extent is the previous one's stride continues it.
+    if (!walk.dims.empty() && walk.strides.back() == stride * dim) {
+      walk.dims.back() *= dim;
+      walk.strides.back() = stride;
+      continue;
+    }
+    walk.dims.push_back(dim);
+    walk.strides.push_back(stride);
+  }
+  return walk;
+}
+
+template <typename T>
+class TransposeStep : public Step {
+ public:
+  explicit TransposeStep(Walk walk) : walk_(std::move(walk)) {}
+
+  Status run(const ExecutionContext& context) const override {
+    const T* x = context.data<T>(*inputs[0]);
+    T* y = context.data<T>(*outputs[0]);
+    const size_t rank = walk_.dims.size();
+    if (rank == 0 || (rank == 1 && walk_.strides[0] == 1)) {
+      std::memcpy(y, x, static_cast<size_t>(outputs[0]->bytes()));
+      return Status::ok();
+    }
+    if (rank == 1) {  // cannot happen after merging, but keeps the walk below total
+      for (int64_t i = 0; i < walk_.dims[0]; ++i) y[i] = x[i * walk_.strides[0]];
+      return Status::ok();
+    }
+    // Outer axes: all but the last two, walked with an index counter.
+    const int64_t rows = walk_.dims[rank - 2], cols = walk_.dims[rank - 1];
+    const int64_t rowStride = walk_.strides[rank - 2], colStride = walk_.strides[rank - 1];
+    int64_t outer = 1;
+    for (size_t i = 0; i + 2 < rank; ++i) outer *= walk_.dims[i];
+    std::vector<int64_t> index(rank - 2, 0);
+    int64_t inputOffset = 0;
+    for (int64_t o = 0; o < outer; ++o) {
+      copyTile(x + inputOffset, y + o * rows * cols, rows, cols, rowStride, colStride);
+      for (size_t d = rank - 2; d-- > 0;) {
+        inputOffset += walk_.strides[d];
+        if (++index[d] < walk_.dims[d]) break;
+        inputOffset -= walk_.strides[d] * walk_.dims[d];
+        index[d] = 0;
+      }
+    }
+    return Status::ok();
+  }
+
+ private:
+  static void copyTile(const T* x, T* y, int64_t rows, int64_t cols, int64_t rowStride,
+                       int64_t colStride) {
+    if (colStride == 1) {
+      for (int64_t r = 0; r < rows; ++r) {
+        std::memcpy(y + r * cols, x + r * rowStride, static_cast<size_t>(cols) * sizeof(T));
+      }
+      return;
+    }
+    constexpr int64_t kTile = 32;
+    for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
+      const int64_t r1 = std::min(rows, r0 + kTile);
+      for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+        const int64_t c1 = std::min(cols, c0 + kTile);
+        for (int64_t r = r0; r < r1; ++r) {
+          const T* in = x + r * rowStride;
+          T* out = y + r * cols;
+          for (int64_t c = c0; c < c1; ++c) out[c] = in[c * colStride];
+        }
+      }
+    }
+  }
+
+  Walk walk_;
+};
+
+}  // namespace
+
+std::unique_ptr<Step> makeTransposeStep(const ir::Node& node, const knobs::Route& route) {
+  if (!node.domain.empty() || node.opType != "Transpose") return nullptr;
+  if (route.value(kTransposeImpl, &node) != "fast") return nullptr;
+  const ir::Value* x = node.inputs[0];
+  const size_t rank = x->shape.rank();
+  std::vector<int64_t> reversed(rank);
+  std::iota(reversed.rbegin(), reversed.rend(), 0);
+  auto perm = node.getInts("perm", reversed);
+  if (!perm.isOk() || perm->size() != rank) return nullptr;
+  std::vector<bool> seen(rank, false);
+  for (int64_t& axis : *perm) {
+    if (axis < 0) axis += static_cast<int64_t>(rank);
+    if (axis < 0 || axis >= static_cast<int64_t>(rank) || seen[static_cast<size_t>(axis)]) {
+      return nullptr;
+    }
+    seen[static_cast<size_t>(axis)] = true;
+  }
+  Walk walk = simplify(x->shape, *perm);
+  std::unique_ptr<Step> step;
+  switch (ir::dtypeSize(x->dtype)) {
+    case 1:
+      step = std::make_unique<TransposeStep<uint8_t>>(std::move(walk));
+      break;
+    case 2:
+      step = std::make_unique<TransposeStep<uint16_t>>(std::move(walk));
+      break;
+    case 4:
+      step = std::make_unique<TransposeStep<uint32_t>>(std::move(walk));
+      break;
+    case 8:
+      step = std::make_unique<TransposeStep<uint64_t>>(std::move(walk));
+      break;
+    default:
+      return nullptr;
+  }
+  step->tactic = "fast.transpose_tiled";
+  return step;
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,321 @@
+// The CPU backend's fast float32 kernels (pooling, softmax, layernorm, transpose, eltwise) must
+// match the reference kernel they replace: each case builds a one-node graph twice, with the
+// family's knob at "fast" and at "reference", and compares the plans' outputs and tactics.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "kiln/engine/builder.h"
+#include "op_test_util.h"
+
+namespace kiln::testing {
+namespace {
+
+using ir::Attribute;
+using ir::DType;
+using ir::Shape;
+using ir::Tensor;
+
+using Attributes = std::map<std::string, Attribute>;
+
+Tensor randomTensor(Shape shape, unsigned seed, float low = -3, float high = 3) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uniform(low, high);
+  std::vector<float> values(static_cast<size_t>(shape.elementCount()));
+  for (float& v : values) v = uniform(rng);
+  return Tensor::fromVector<float>(std::move(shape), values);
+}
+
+ir::Graph oneNodeGraph(const std::string& opType, const std::vector<OpInput>& inputs,
+                       const Attributes& attributes, int opset, int outputCount) {
+  ir::Graph graph;
+  graph.opsetImports[""] = opset;
+  ir::Node* node = graph.addNode(opType);
+  node->name = "node";
+  node->opsetVersion = opset;
+  node->attributes = attributes;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].tensor.empty() && !inputs[i].constant) {
+      node->inputs.push_back(nullptr);
+      continue;
+    }
+    ir::Value* value = graph.addValue("in" + std::to_string(i));
+    value->dtype = inputs[i].tensor.dtype();
+    value->shape = inputs[i].tensor.shape();
+    value->hasType = true;
+    if (inputs[i].constant) {
+      value->constant = inputs[i].tensor;
+      value->isInitializer = true;
+    } else {
+      graph.inputs.push_back(value);
+    }
+    node->inputs.push_back(value);
+  }
+  for (int i = 0; i < outputCount; ++i) {
+    ir::Value* value = graph.addValue("out" + std::to_string(i));
+    value->producer = node;
+    node->outputs.push_back(value);
+    graph.outputs.push_back(value);
+  }
+  return graph;  // buildCpu infers the types
+}
+
+struct PlanRun {
+  std::string tactic;  // the op's step
+  std::vector<Tensor> outputs;
+};
+
+PlanRun buildAndRun(const std::string& route, const std::string& opType,
+                    const std::vector<OpInput>& inputs, const Attributes& attributes, int opset,
+                    int outputCount) {
+  BuilderConfig config;
+  Status routed = config.setBuildRoute(route);
+  EXPECT_TRUE(routed.isOk()) << routed.toString();
+  auto build = buildCpu(oneNodeGraph(opType, inputs, attributes, opset, outputCount), config);
+  EXPECT_TRUE(build.isOk()) << build.status().toString();
+  if (!build.isOk()) return {};
+  PlanRun result;
+  for (const auto& step : build->plan.steps()) {
+    if (step->node->opType == opType) result.tactic = step->tactic;
+  }
+  std::vector<Tensor> runtime;
+  for (const OpInput& input : inputs) {
+    if (!input.constant && !input.tensor.empty()) runtime.push_back(input.tensor);
+  }
+  auto outputs = build->plan.run(runtime);
+  EXPECT_TRUE(outputs.isOk()) << outputs.status().toString();
+  if (outputs.isOk()) result.outputs = std::move(*outputs);
+  return result;
+}
+
+// Runs the op with `knob` at fast and at reference; expects the fast run to choose
+// `fastTactic` (empty: the knob must not matter, the reference runs both times) and to match
+// the reference outputs within 1e-5 relative.
+void expectFastMatchesReference(const std::string& knob, const std::string& fastTactic,
+                                const std::string& opType, const std::vector<OpInput>& inputs,
+                                const Attributes& attributes = {}, int opset = 18,
+                                int outputCount = 1) {
+  SCOPED_TRACE(opType);
+  const PlanRun fast =
+      buildAndRun("-" + knob + "=fast", opType, inputs, attributes, opset, outputCount);
+  const PlanRun reference =
+      buildAndRun("-" + knob + "=reference", opType, inputs, attributes, opset, outputCount);
+  EXPECT_EQ(reference.tactic, "reference");
+  EXPECT_EQ(fast.tactic, fastTactic.empty() ? "reference" : fastTactic);
+  ASSERT_EQ(fast.outputs.size(), reference.outputs.size());
+  for (size_t o = 0; o < fast.outputs.size(); ++o) {
+    const Tensor& actual = fast.outputs[o];
+    const Tensor& expected = reference.outputs[o];
+    ASSERT_EQ(actual.shape(), expected.shape());
+    ASSERT_EQ(actual.dtype(), expected.dtype());
+    for (int64_t i = 0; i < expected.elementCount(); ++i) {
+      const double e = expected.elementAsDouble(i), a = actual.elementAsDouble(i);
+      if (std::isnan(e)) {
+        EXPECT_TRUE(std::isnan(a)) << "element " << i;
+        continue;
+      }
+      if (std::isinf(e)) {
+        EXPECT_EQ(a, e) << "element " << i;
+        continue;
+      }
+      ASSERT_NEAR(a, e, 1e-5 * std::max(1.0, std::fabs(e))) << "output " << o << " element " << i;
+    }
+  }
+}
+
+OpInput runtime(Tensor t) { return {std::move(t), false}; }
+OpInput constant(Tensor t) { return {std::move(t), true}; }
+
+// --- cpu.pool.impl -----------------------------------------------------------------------------
+
+TEST(CpuPoolKernels, MaxPoolMatchesReference) {
+  const Tensor x = randomTensor(Shape{2, 3, 9, 7}, 1);
+  expectFastMatchesReference("cpu.pool.impl", "fast.window_pool", "MaxPool", {runtime(x)},
+                             {{"kernel_shape", intsAttr({3, 3})}, {"strides", intsAttr({2, 2})}});
+  expectFastMatchesReference("cpu.pool.impl", "fast.window_pool", "MaxPool", {runtime(x)},
+                             {{"kernel_shape", intsAttr({3, 2})},
+                              {"pads", intsAttr({1, 0, 2, 1})},
+                              {"ceil_mode", intAttr(1)},
+                              {"strides", intsAttr({2, 3})}});
+  expectFastMatchesReference("cpu.pool.impl", "fast.window_pool", "MaxPool", {runtime(x)},
+                             {{"kernel_shape", intsAttr({2, 2})},
+                              {"dilations", intsAttr({2, 2})},
+                              {"pads", intsAttr({1, 1, 1, 1})}});
+  expectFastMatchesReference(
+      "cpu.pool.impl", "fast.window_pool", "MaxPool", {runtime(x)},
+      {{"kernel_shape", intsAttr({3, 3})}, {"auto_pad", stringAttr("SAME_UPPER")}});
+}
+
+TEST(CpuPoolKernels, MaxPoolWithIndicesStaysReference) {
+  const Tensor x = randomTensor(Shape{1, 2, 5, 5}, 2);
+  expectFastMatchesReference("cpu.pool.impl", "", "MaxPool", {runtime(x)},
+                             {{"kernel_shape", intsAttr({2, 2})}}, 18, 2);
+}
+
+TEST(CpuPoolKernels, AveragePoolMatchesReferenceBothPadCounts) {
+  const Tensor x = randomTensor(Shape{2, 5, 8, 11}, 3);
+  for (int64_t include : {0, 1}) {
+    expectFastMatchesReference("cpu.pool.impl", "fast.window_pool", "AveragePool", {runtime(x)},
+                               {{"kernel_shape", intsAttr({3, 3})},
+                                {"pads", intsAttr({1, 1, 1, 1})},
+                                {"strides", intsAttr({2, 2})},
+                                {"count_include_pad", intAttr(include)}});
+    expectFastMatchesReference("cpu.pool.impl", "fast.window_pool", "AveragePool", {runtime(x)},
+                               {{"kernel_shape", intsAttr({2, 3})},
+                                {"pads", intsAttr({0, 1, 1, 2})},
+                                {"strides", intsAttr({2, 2})},
+                                {"ceil_mode", intAttr(1)},
+                                {"count_include_pad", intAttr(include)}});
+  }
+}
+
+TEST(CpuPoolKernels, GlobalPoolsMatchReference) {
+  const Tensor x = randomTensor(Shape{3, 7, 13, 5}, 4);
+  expectFastMatchesReference("cpu.pool.impl", "fast.global_pool", "GlobalAveragePool",
+                             {runtime(x)});
+  expectFastMatchesReference("cpu.pool.impl", "fast.global_pool", "GlobalMaxPool", {runtime(x)});
+}
+
+TEST(CpuPoolKernels, NonFourDimensionalPoolsStayReference) {
+  const Tensor x = randomTensor(Shape{1, 2, 9}, 5);
+  expectFastMatchesReference("cpu.pool.impl", "", "MaxPool", {runtime(x)},
+                             {{"kernel_shape", intsAttr({3})}});
+}
+
+// --- cpu.softmax.impl --------------------------------------------------------------------------
+
+TEST(CpuSoftmaxKernels, SoftmaxAndLogSoftmaxMatchReference) {
+  const Tensor x = randomTensor(Shape{3, 5, 37}, 6, -20, 20);
+  for (const char* op : {"Softmax", "LogSoftmax"}) {
+    expectFastMatchesReference("cpu.softmax.impl", "fast.softmax_rows", op, {runtime(x)});
+    expectFastMatchesReference("cpu.softmax.impl", "fast.softmax_rows", op, {runtime(x)},
+                               {{"axis", intAttr(2)}});
+    // Opset 11's axis=1 flattens [5, 37] into one row: not the last axis, so the reference runs.
+    expectFastMatchesReference("cpu.softmax.impl", "", op, {runtime(x)}, {{"axis", intAttr(1)}},
+                               11);
+    expectFastMatchesReference("cpu.softmax.impl", "", op, {runtime(x)}, {{"axis", intAttr(1)}});
+  }
+  expectFastMatchesReference("cpu.softmax.impl", "fast.softmax_rows", "Softmax",
+                             {runtime(randomTensor(Shape{1}, 7))});
+}
+
+// --- cpu.layernorm.impl ------------------------------------------------------------------------
+
+TEST(CpuLayerNormKernels, MatchesReference) {
+  const Tensor x = randomTensor(Shape{2, 7, 33}, 8, -4, 6);
+  expectFastMatchesReference(
+      "cpu.layernorm.impl", "fast.layernorm_rows", "LayerNormalization",
+      {runtime(x), runtime(randomTensor(Shape{33}, 9)), runtime(randomTensor(Shape{33}, 10))});
+  // No bias, two normalised axes, a scale with a leading 1.
+  expectFastMatchesReference("cpu.layernorm.impl", "fast.layernorm_rows", "LayerNormalization",
+                             {runtime(x), constant(randomTensor(Shape{1, 7, 33}, 11))},
+                             {{"axis", intAttr(1)}, {"epsilon", floatAttr(1e-3f)}});
+  // A large offset: the two-pass variance must not cancel.
+  expectFastMatchesReference(
+      "cpu.layernorm.impl", "fast.layernorm_rows", "LayerNormalization",
+      {runtime(randomTensor(Shape{4, 64}, 12, 1000, 1001)), runtime(randomTensor(Shape{64}, 13))});
+}
+
+TEST(CpuLayerNormKernels, StatisticsOutputsStayReference) {
+  const Tensor x = randomTensor(Shape{3, 8}, 14);
+  expectFastMatchesReference("cpu.layernorm.impl", "", "LayerNormalization",
+                             {runtime(x), runtime(randomTensor(Shape{8}, 15))}, {}, 18, 3);
+}
+
+// --- cpu.transpose.impl ------------------------------------------------------------------------
+
+TEST(CpuTransposeKernels, MatchesReferenceForRanksAndDtypes) {
+  const Tensor x = randomTensor(Shape{3, 5, 7, 2}, 16);
+  for (const std::vector<int64_t>& perm : std::vector<std::vector<int64_t>>{
+           {0, 1, 2, 3}, {3, 2, 1, 0}, {0, 2, 1, 3}, {1, 0, 3, 2}, {0, 3, 1, 2}, {2, 3, 0, 1}}) {
+    expectFastMatchesReference("cpu.transpose.impl", "fast.transpose_tiled", "Transpose",
+                               {runtime(x)}, {{"perm", intsAttr(perm)}});
+  }
+  // Default perm (reversed), tiles with ragged edges, a plain copy once size-1 axes go, rank 5.
+  expectFastMatchesReference("cpu.transpose.impl", "fast.transpose_tiled", "Transpose",
+                             {runtime(randomTensor(Shape{67, 45}, 17))});
+  expectFastMatchesReference("cpu.transpose.impl", "fast.transpose_tiled", "Transpose",
+                             {runtime(randomTensor(Shape{1, 9}, 18))});
+  expectFastMatchesReference("cpu.transpose.impl", "fast.transpose_tiled", "Transpose",
+                             {runtime(randomTensor(Shape{2, 1, 3, 4, 5}, 19))},
+                             {{"perm", intsAttr({4, 1, 0, 3, 2})}});
+  std::vector<int64_t> ints(60);
+  for (size_t i = 0; i < ints.size(); ++i) ints[i] = static_cast<int64_t>(i * 7919);
+  expectFastMatchesReference("cpu.transpose.impl", "fast.transpose_tiled", "Transpose",
+                             {runtime(Tensor::fromVector<int64_t>(Shape{3, 4, 5}, ints))},
+                             {{"perm", intsAttr({2, 0, 1})}});
+  std::vector<uint8_t> bytes(60);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 13);
+  expectFastMatchesReference("cpu.transpose.impl", "fast.transpose_tiled", "Transpose",
+                             {runtime(Tensor::fromVector<uint8_t>(Shape{5, 12}, bytes))});
+}
+
+// --- cpu.eltwise.impl --------------------------------------------------------------------------
+
+TEST(CpuEltwiseKernels, UnaryOpsMatchReference) {
+  const Tensor x = randomTensor(Shape{3, 17, 5}, 20, -6, 6);
+  const Tensor positive = randomTensor(Shape{3, 17, 5}, 21, 0.01f, 9);
+  for (const char* op : {"Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Neg", "Abs", "HardSwish",
+                         "HardSigmoid", "Gelu", "LeakyRelu"}) {
+    expectFastMatchesReference("cpu.eltwise.impl", "fast.unary", op, {runtime(x)});
+  }
+  for (const char* op : {"Sqrt", "Reciprocal"}) {
+    expectFastMatchesReference("cpu.eltwise.impl", "fast.unary", op, {runtime(positive)});
+  }
+  expectFastMatchesReference("cpu.eltwise.impl", "fast.unary", "Gelu", {runtime(x)},
+                             {{"approximate", stringAttr("tanh")}}, 20);
+  expectFastMatchesReference("cpu.eltwise.impl", "fast.unary", "HardSigmoid", {runtime(x)},
+                             {{"alpha", floatAttr(0.3f)}, {"beta", floatAttr(0.4f)}});
+  expectFastMatchesReference("cpu.eltwise.impl", "fast.unary", "Clip",
+                             {runtime(x), constant(Tensor::fromVector<float>(Shape{}, {-1.5f})),
+                              constant(Tensor::fromVector<float>(Shape{}, {2.5f}))});
+}
+
+TEST(CpuEltwiseKernels, BinaryOpsMatchReferenceWithBroadcasting) {
+  const std::vector<std::pair<Shape, Shape>> shapes = {
+      {Shape{4, 5, 6}, Shape{4, 5, 6}},        // equal
+      {Shape{4, 5, 6}, Shape{}},               // scalar right
+      {Shape{1}, Shape{4, 5, 6}},              // scalar left
+      {Shape{4, 5, 6}, Shape{6}},              // along the last axis
+      {Shape{2, 3, 4, 5}, Shape{1, 3, 1, 1}},  // per channel
+      {Shape{4, 1, 6}, Shape{5, 1}},           // both sides broadcast
+      {Shape{3, 1}, Shape{1, 7}},              // outer product
+      {Shape{2, 3, 1, 5}, Shape{3, 4, 1}},
+  };
+  unsigned seed = 30;
+  for (const auto& [a, b] : shapes) {
+    const Tensor lhs = randomTensor(a, seed++, -3, 3);
+    const Tensor rhs = randomTensor(b, seed++, 0.5f, 3);  // positive: safe divisors
+    for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
+      expectFastMatchesReference("cpu.eltwise.impl", "fast.binary_broadcast", op,
+                                 {runtime(lhs), runtime(rhs)});
+    }
+    expectFastMatchesReference("cpu.eltwise.impl", "fast.binary_broadcast", "Pow",
+                               {runtime(rhs), runtime(randomTensor(a, seed++, -2, 2))});
+  }
+  const Tensor base = randomTensor(Shape{5, 9}, 50, 0.1f, 4);
+  for (float e : {2.0f, 0.5f, 3.0f}) {
+    expectFastMatchesReference("cpu.eltwise.impl", "fast.binary_broadcast", "Pow",
+                               {runtime(base), constant(Tensor::fromVector<float>(Shape{}, {e}))});
+  }
+  // An integer exponent is the reference kernel's.
+  expectFastMatchesReference("cpu.eltwise.impl", "", "Pow",
+                             {runtime(base), constant(Tensor::fromVector<int64_t>(Shape{}, {2}))});
+}
+
+TEST(CpuEltwiseKernels, ReduceMeanOverLastAxisMatchesReference) {
+  const Tensor x = randomTensor(Shape{3, 4, 29}, 60);
+  const Tensor lastAxis = Tensor::fromVector<int64_t>(Shape{1}, {-1});
+  expectFastMatchesReference("cpu.eltwise.impl", "fast.reduce_mean_rows", "ReduceMean",
+                             {runtime(x), constant(lastAxis)});
+  expectFastMatchesReference("cpu.eltwise.impl", "fast.reduce_mean_rows", "ReduceMean",
+                             {runtime(x), constant(lastAxis)}, {{"keepdims", intAttr(0)}});
+  expectFastMatchesReference("cpu.eltwise.impl", "fast.reduce_mean_rows", "ReduceMean",
+                             {runtime(x)}, {{"axes", intsAttr({2})}}, 13);
+  expectFastMatchesReference("cpu.eltwise.impl", "", "ReduceMean",
+                             {runtime(x), constant(Tensor::fromVector<int64_t>(Shape{1}, {1}))});
+}
+
+}  // namespace
+}  // namespace kiln::testing
