@@ -17,7 +17,8 @@ namespace {
 
 using nlohmann::json;
 
-// Fixed prefix: magic[8], u32 format version, u32 header bytes, u64 body bytes, u64 checksum.
+// Fixed prefix: magic[8], u32 format version, u32 header bytes, u64 body bytes, u64 checksum
+// (FNV-1a 64 of header and body).
 constexpr size_t kPrefixBytes = 32;
 constexpr size_t kAlignment = 64;
 
@@ -331,9 +332,10 @@ Result<LoadedEngine> parseEngine(std::string_view file) {
                         available - headerBytes - bodyBytes);
   }
   const std::string_view body = file.substr(kPrefixBytes + headerBytes);
-  if (fnv1a64(body) != checksum) {
+  const uint64_t computed = fnv1a64(file.substr(kPrefixBytes));
+  if (computed != checksum) {
     return invalidInput("corrupt or tampered: checksum mismatch (stored {:016x}, computed {:016x})",
-                        checksum, fnv1a64(body));
+                        checksum, computed);
   }
 
   json header = json::parse(file.substr(kPrefixBytes, headerBytes));
@@ -489,7 +491,8 @@ Status saveEngine(const std::filesystem::path& path, const EngineContents& conte
     appendRaw<uint32_t>(file, kEngineFormatVersion);
     appendRaw<uint32_t>(file, static_cast<uint32_t>(headerText.size()));
     appendRaw<uint64_t>(file, body.size());
-    appendRaw<uint64_t>(file, fnv1a64(body));
+    // The checksum covers the header too: a hand-edited fingerprint or version is tampering.
+    appendRaw<uint64_t>(file, fnv1a64(headerText + body));
     file += headerText;
     file += body;
   } catch (const json::exception& e) {
