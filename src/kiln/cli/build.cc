@@ -21,13 +21,33 @@ struct BuildOptions {
   std::string dumpIrAfter;
 };
 
-int runBuild(const BuildOptions& options) {
-  onnx::ImportOptions importOptions;
-  if (!options.shapes.empty()) {
-    auto shapes = onnx::parseShapeSpec(options.shapes);
-    if (!shapes.isOk()) return reportError(shapes.status());
-    importOptions.inputShapes = *shapes;
+}  // namespace
+
+Result<onnx::ImportOptions> importOptionsFromShapes(const std::string& shapes) {
+  onnx::ImportOptions options;
+  if (!shapes.empty()) {
+    KILN_ASSIGN_OR_RETURN(options.inputShapes, onnx::parseShapeSpec(shapes));
   }
+  return options;
+}
+
+Result<BuilderConfig> builderConfigFromFlags(const std::string& route,
+                                             const std::string& dumpIrAfter) {
+  BuilderConfig config;
+  KILN_RETURN_IF_ERROR(config.setBuildRoute(route));
+  config.pipeline.dumpAfter = dumpIrAfter;
+  config.pipeline.dump = [](const std::string& pass, const ir::Graph& graph) {
+    std::printf("--- IR after %s ---\n%s", pass.c_str(), ir::printGraph(graph).c_str());
+  };
+  return config;
+}
+
+namespace {
+
+int runBuild(const BuildOptions& options) {
+  auto parsedShapes = importOptionsFromShapes(options.shapes);
+  if (!parsedShapes.isOk()) return reportError(parsedShapes.status());
+  onnx::ImportOptions importOptions = *parsedShapes;
   // The hash is of the bytes the build read, so it identifies the model an engine came from.
   auto bytes = readFileBytes(options.model);
   if (!bytes.isOk()) return reportError(bytes.status());
@@ -41,13 +61,9 @@ int runBuild(const BuildOptions& options) {
     contents.inputShapes[input->name] = input->shape.dims();
   }
 
-  BuilderConfig config;
-  Status routeStatus = config.setBuildRoute(options.route);
-  if (!routeStatus.isOk()) return reportError(routeStatus);
-  config.pipeline.dumpAfter = options.dumpIrAfter;
-  config.pipeline.dump = [](const std::string& pass, const ir::Graph& g) {
-    std::printf("--- IR after %s ---\n%s", pass.c_str(), ir::printGraph(g).c_str());
-  };
+  auto flags = builderConfigFromFlags(options.route, options.dumpIrAfter);
+  if (!flags.isOk()) return reportError(flags.status());
+  const BuilderConfig& config = *flags;
   auto built = buildCpu(std::move(model->graph), config);
   if (!built.isOk()) return reportError(built.status());
   contents.route = config.getBuildRoute();

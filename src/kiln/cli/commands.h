@@ -7,6 +7,8 @@
 #include <string_view>
 
 #include "kiln/base/status.h"
+#include "kiln/engine/builder.h"
+#include "kiln/onnx/import.h"
 
 namespace kiln::cli {
 
@@ -21,6 +23,12 @@ Command addInspectCommand(CLI::App& app);
 Command addBuildCommand(CLI::App& app);
 Command addRunCommand(CLI::App& app);
 Command addKnobsCommand(CLI::App& app);
+
+// The flags the building commands share. --shapes becomes import options; --route and
+// --dump-ir-after a BuilderConfig that prints the IR to stdout after the named pass.
+Result<onnx::ImportOptions> importOptionsFromShapes(const std::string& shapes);
+Result<BuilderConfig> builderConfigFromFlags(const std::string& route,
+                                             const std::string& dumpIrAfter);
 
 // Prints "kiln: error: <message>" to stderr and returns the exit code for the status: 1 for
 // errors in the user's input, 3 for internal errors.

@@ -63,12 +63,9 @@ int inspectEngine(const InspectOptions& options) {
 
 int runInspect(const InspectOptions& options) {
   if (isEngineFile(options.model)) return inspectEngine(options);
-  onnx::ImportOptions importOptions;
-  if (!options.shapes.empty()) {
-    auto shapes = onnx::parseShapeSpec(options.shapes);
-    if (!shapes.isOk()) return reportError(shapes.status());
-    importOptions.inputShapes = *shapes;
-  }
+  auto parsedShapes = importOptionsFromShapes(options.shapes);
+  if (!parsedShapes.isOk()) return reportError(parsedShapes.status());
+  onnx::ImportOptions importOptions = *parsedShapes;
   auto model = onnx::importModel(options.model, importOptions);
   std::string inferenceNote;
   if (!model.isOk()) {

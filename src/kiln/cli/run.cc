@@ -165,12 +165,9 @@ int runModel(const RunOptions& options) {
           options.model));
     }
   }
-  onnx::ImportOptions importOptions;
-  if (!options.shapes.empty()) {
-    auto shapes = onnx::parseShapeSpec(options.shapes);
-    if (!shapes.isOk()) return reportError(shapes.status());
-    importOptions.inputShapes = *shapes;
-  }
+  auto parsedShapes = importOptionsFromShapes(options.shapes);
+  if (!parsedShapes.isOk()) return reportError(parsedShapes.status());
+  onnx::ImportOptions importOptions = *parsedShapes;
   auto given = loadInputFiles(options.loadInputs);
   if (!given.isOk()) return reportError(given.status());
   // A loaded input fixes its own shape, so dynamic dimensions need no --shapes for it.
@@ -245,13 +242,9 @@ int runModel(const RunOptions& options) {
     oracle.emplace(std::move(executor).value());
     runOnce = [&](std::vector<double>*) { return oracle->run(inputs); };
   } else {
-    BuilderConfig config;
-    Status routeStatus = config.setBuildRoute(options.route);
-    if (!routeStatus.isOk()) return reportError(routeStatus);
-    config.pipeline.dumpAfter = options.dumpIrAfter;
-    config.pipeline.dump = [](const std::string& pass, const ir::Graph& g) {
-      std::printf("--- IR after %s ---\n%s", pass.c_str(), ir::printGraph(g).c_str());
-    };
+    auto flags = builderConfigFromFlags(options.route, options.dumpIrAfter);
+    if (!flags.isOk()) return reportError(flags.status());
+    const BuilderConfig& config = *flags;
     auto built = buildCpu(std::move(model->graph), config);
     if (!built.isOk()) return reportError(built.status());
     build.emplace(std::move(built).value());
