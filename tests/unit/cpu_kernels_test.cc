@@ -27,40 +27,6 @@ Tensor randomTensor(Shape shape, unsigned seed, float low = -3, float high = 3) 
   return Tensor::fromVector<float>(std::move(shape), values);
 }
 
-ir::Graph oneNodeGraph(const std::string& opType, const std::vector<OpInput>& inputs,
-                       const Attributes& attributes, int opset, int outputCount) {
-  ir::Graph graph;
-  graph.opsetImports[""] = opset;
-  ir::Node* node = graph.addNode(opType);
-  node->name = "node";
-  node->opsetVersion = opset;
-  node->attributes = attributes;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (inputs[i].tensor.empty() && !inputs[i].constant) {
-      node->inputs.push_back(nullptr);
-      continue;
-    }
-    ir::Value* value = graph.addValue("in" + std::to_string(i));
-    value->dtype = inputs[i].tensor.dtype();
-    value->shape = inputs[i].tensor.shape();
-    value->hasType = true;
-    if (inputs[i].constant) {
-      value->constant = inputs[i].tensor;
-      value->isInitializer = true;
-    } else {
-      graph.inputs.push_back(value);
-    }
-    node->inputs.push_back(value);
-  }
-  for (int i = 0; i < outputCount; ++i) {
-    ir::Value* value = graph.addValue("out" + std::to_string(i));
-    value->producer = node;
-    node->outputs.push_back(value);
-    graph.outputs.push_back(value);
-  }
-  return graph;  // buildCpu infers the types
-}
-
 struct PlanRun {
   std::string tactic;  // the op's step
   std::vector<Tensor> outputs;
@@ -72,7 +38,7 @@ PlanRun buildAndRun(const std::string& route, const std::string& opType,
   BuilderConfig config;
   Status routed = config.setBuildRoute(route);
   EXPECT_TRUE(routed.isOk()) << routed.toString();
-  auto build = buildCpu(oneNodeGraph(opType, inputs, attributes, opset, outputCount), config);
+  auto build = buildCpu(makeSingleOpGraph(opType, inputs, attributes, opset, outputCount), config);
   EXPECT_TRUE(build.isOk()) << build.status().toString();
   if (!build.isOk()) return {};
   PlanRun result;

@@ -22,33 +22,9 @@ using Attributes = std::map<std::string, Attribute>;
 // Runs the kiln-domain op `opType` on runtime inputs (an empty Tensor omits an optional input).
 Result<std::vector<Tensor>> runFusedOp(const std::string& opType, const std::vector<Tensor>& inputs,
                                        const Attributes& attributes) {
-  ir::Graph graph;
-  ir::Node* node = graph.addNode(opType);
-  node->name = "fused";
-  node->domain = ir::kKilnDomain;
-  node->opsetVersion = 18;
-  node->attributes = attributes;
-  std::vector<Tensor> runtime;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (inputs[i].empty()) {
-      node->inputs.push_back(nullptr);
-      continue;
-    }
-    ir::Value* value = graph.addValue("in" + std::to_string(i));
-    value->dtype = inputs[i].dtype();
-    value->shape = inputs[i].shape();
-    value->hasType = true;
-    graph.inputs.push_back(value);
-    runtime.push_back(inputs[i]);
-    node->inputs.push_back(value);
-  }
-  ir::Value* output = graph.addValue("out");
-  output->producer = node;
-  node->outputs.push_back(output);
-  graph.outputs.push_back(output);
-  KILN_RETURN_IF_ERROR(ir::inferShapes(graph, nullptr));
-  KILN_ASSIGN_OR_RETURN(auto executor, reference::ReferenceExecutor::create(graph));
-  return executor.run(runtime);
+  std::vector<testing::OpInput> runtime;
+  for (const Tensor& input : inputs) runtime.push_back({input});
+  return testing::runSingleOp(opType, runtime, attributes, 18, 1, ir::kKilnDomain);
 }
 
 Tensor randomTensor(Shape shape, unsigned seed) {

@@ -17,18 +17,20 @@ struct OpInput {
   bool constant = false;  // known at build time (an initializer) rather than a runtime input
 };
 
-// Runs `opType` on `inputs` (an empty Tensor with constant=false and rank 0 from
-// `OpInput{}` stands for an omitted optional input) and returns its outputs.
-inline Result<std::vector<ir::Tensor>> runSingleOp(
-    const std::string& opType, const std::vector<OpInput>& inputs,
-    const std::map<std::string, ir::Attribute>& attributes = {}, int opset = 18,
-    int outputCount = 1) {
+// A graph of the one node `opType` (of `domain`, "" for ONNX) over `inputs`: runtime inputs
+// become the graph's inputs in order (an `OpInput{}` stands for an omitted optional input), and
+// the node's outputs its outputs. Types are left for shape inference.
+inline ir::Graph makeSingleOpGraph(const std::string& opType, const std::vector<OpInput>& inputs,
+                                   const std::map<std::string, ir::Attribute>& attributes = {},
+                                   int opset = 18, int outputCount = 1,
+                                   const std::string& domain = "") {
   ir::Graph graph;
+  graph.opsetImports[domain] = opset;
   ir::Node* node = graph.addNode(opType);
   node->name = "node";
+  node->domain = domain;
   node->opsetVersion = opset;
   node->attributes = attributes;
-  std::vector<ir::Tensor> runtime;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i].tensor.empty() && !inputs[i].constant) {
       node->inputs.push_back(nullptr);
@@ -43,7 +45,6 @@ inline Result<std::vector<ir::Tensor>> runSingleOp(
       value->isInitializer = true;
     } else {
       graph.inputs.push_back(value);
-      runtime.push_back(inputs[i].tensor);
     }
     node->inputs.push_back(value);
   }
@@ -52,6 +53,20 @@ inline Result<std::vector<ir::Tensor>> runSingleOp(
     value->producer = node;
     node->outputs.push_back(value);
     graph.outputs.push_back(value);
+  }
+  return graph;
+}
+
+// Runs `opType` on `inputs` through shape inference and the reference executor and returns its
+// outputs.
+inline Result<std::vector<ir::Tensor>> runSingleOp(
+    const std::string& opType, const std::vector<OpInput>& inputs,
+    const std::map<std::string, ir::Attribute>& attributes = {}, int opset = 18,
+    int outputCount = 1, const std::string& domain = "") {
+  ir::Graph graph = makeSingleOpGraph(opType, inputs, attributes, opset, outputCount, domain);
+  std::vector<ir::Tensor> runtime;
+  for (const OpInput& input : inputs) {
+    if (!input.constant && !input.tensor.empty()) runtime.push_back(input.tensor);
   }
   // No folding: the op itself must run through the executor, as it would on runtime data.
   KILN_RETURN_IF_ERROR(ir::inferShapes(graph, nullptr));
