@@ -68,20 +68,9 @@ Status runGatherElements(KernelContext& ctx) {
   KILN_ASSIGN_OR_RETURN(int64_t axisAttr, ctx.node().getInt("axis", 0));
   const int64_t rank = static_cast<int64_t>(data.rank());
   const int64_t axis = axisAttr < 0 ? axisAttr + rank : axisAttr;
-  const std::vector<int64_t> strides = data.shape().strides();
-  Status status;
-  forEachIndex(indices.shape(), [&](int64_t flat, const std::vector<int64_t>& coords) {
-    if (!status.isOk()) return;
-    auto index = checkedIndex(ctx, indices, flat, data.shape()[axis], axis);
-    if (!index.isOk()) {
-      status = index.status();
-      return;
-    }
-    int64_t source = 0;
-    for (int64_t i = 0; i < rank; ++i) source += (i == axis ? *index : coords[i]) * strides[i];
+  return forEachAxisIndex(ctx, data, indices, axis, [&](int64_t flat, int64_t source) {
     copyElement(data, source, out, flat);
   });
-  return status;
 }
 
 Status runGatherND(KernelContext& ctx) {

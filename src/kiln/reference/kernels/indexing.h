@@ -39,6 +39,29 @@ std::string formatCoords(const Shape& shape, int64_t flat);
 Result<int64_t> checkedIndex(const KernelContext& ctx, const Tensor& indices, int64_t position,
                              int64_t size, int64_t axis);
 
+// For every element of `indices` (same rank as `data`), calls fn(flat, offset): `offset` is the
+// flat position in `data` at the element's coordinates with the one along `axis` replaced by the
+// (checked) index it holds. GatherElements reads there, ScatterElements writes there.
+template <typename Fn>
+Status forEachAxisIndex(const KernelContext& ctx, const Tensor& data, const Tensor& indices,
+                        int64_t axis, Fn&& fn) {
+  const int64_t rank = static_cast<int64_t>(data.rank());
+  const std::vector<int64_t> strides = data.shape().strides();
+  Status status;
+  forEachIndex(indices.shape(), [&](int64_t flat, const std::vector<int64_t>& coords) {
+    if (!status.isOk()) return;
+    auto index = checkedIndex(ctx, indices, flat, data.shape()[axis], axis);
+    if (!index.isOk()) {
+      status = index.status();
+      return;
+    }
+    int64_t offset = 0;
+    for (int64_t i = 0; i < rank; ++i) offset += (i == axis ? *index : coords[i]) * strides[i];
+    fn(flat, offset);
+  });
+  return status;
+}
+
 Status runScatterND(KernelContext& ctx);
 Status runScatterElements(KernelContext& ctx);
 Status runPad(KernelContext& ctx);

@@ -117,20 +117,9 @@ Status runScatterElements(KernelContext& ctx) {
   const int64_t rank = static_cast<int64_t>(data.rank());
   const int64_t axis = axisAttr < 0 ? axisAttr + rank : axisAttr;
   std::memcpy(out.mutableRawData(), data.rawData(), data.byteSize());
-  const std::vector<int64_t> strides = data.shape().strides();
-  Status status;
-  forEachIndex(indices.shape(), [&](int64_t flat, const std::vector<int64_t>& coords) {
-    if (!status.isOk()) return;
-    auto index = checkedIndex(ctx, indices, flat, data.shape()[axis], axis);
-    if (!index.isOk()) {
-      status = index.status();
-      return;
-    }
-    int64_t target = 0;
-    for (int64_t i = 0; i < rank; ++i) target += (i == axis ? *index : coords[i]) * strides[i];
+  return forEachAxisIndex(ctx, data, indices, axis, [&](int64_t flat, int64_t target) {
     applyUpdate(reduction, updates, flat, out, target);
   });
-  return status;
 }
 
 }  // namespace kiln::reference

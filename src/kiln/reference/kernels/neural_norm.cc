@@ -17,6 +17,24 @@ int64_t innerSize(const Shape& shape, size_t fromAxis) {
   return size;
 }
 
+struct Statistics {
+  double mean;
+  double invStdDev;
+};
+
+// Mean and 1/sqrt(variance + epsilon) of xs[begin, end), in two passes (the deviations from the
+// mean, not E[x²] − E[x]², which cancels badly).
+Statistics normalizationStatistics(const std::vector<double>& xs, size_t begin, size_t end,
+                                   float epsilon) {
+  const double count = static_cast<double>(end - begin);
+  double sum = 0;
+  for (size_t i = begin; i < end; ++i) sum += xs[i];
+  const double mean = sum / count;
+  double squares = 0;
+  for (size_t i = begin; i < end; ++i) squares += (xs[i] - mean) * (xs[i] - mean);
+  return {mean, 1.0 / std::sqrt(squares / count + static_cast<double>(epsilon))};
+}
+
 bool hasOutput(const KernelContext& ctx, size_t i) {
   return i < ctx.outputCount() && ctx.node().outputs[i] != nullptr;
 }
@@ -75,13 +93,7 @@ Status runLayerNormalization(KernelContext& ctx) {
   for (int64_t r = 0; r < rows; ++r) {
     const size_t begin = static_cast<size_t>(r * inner);
     const size_t end = begin + static_cast<size_t>(inner);
-    double sum = 0;
-    for (size_t i = begin; i < end; ++i) sum += xs[i];
-    const double mean = sum / static_cast<double>(inner);
-    double squares = 0;
-    for (size_t i = begin; i < end; ++i) squares += (xs[i] - mean) * (xs[i] - mean);
-    const double invStdDev =
-        1.0 / std::sqrt(squares / static_cast<double>(inner) + static_cast<double>(epsilon));
+    const auto [mean, invStdDev] = normalizationStatistics(xs, begin, end, epsilon);
     for (size_t i = begin; i < end; ++i) ys[i] = (xs[i] - mean) * invStdDev * scale[i] + bias[i];
     means[static_cast<size_t>(r)] = mean;
     invStdDevs[static_cast<size_t>(r)] = invStdDev;
@@ -105,13 +117,7 @@ Status runInstanceNormalization(KernelContext& ctx) {
   for (int64_t plane = 0; plane < planes; ++plane) {
     const size_t begin = static_cast<size_t>(plane * inner);
     const size_t end = begin + static_cast<size_t>(inner);
-    double sum = 0;
-    for (size_t i = begin; i < end; ++i) sum += xs[i];
-    const double mean = sum / static_cast<double>(inner);
-    double squares = 0;
-    for (size_t i = begin; i < end; ++i) squares += (xs[i] - mean) * (xs[i] - mean);
-    const double invStdDev =
-        1.0 / std::sqrt(squares / static_cast<double>(inner) + static_cast<double>(epsilon));
+    const auto [mean, invStdDev] = normalizationStatistics(xs, begin, end, epsilon);
     const size_t c = static_cast<size_t>(plane % channels);
     for (size_t i = begin; i < end; ++i) ys[i] = (xs[i] - mean) * invStdDev * scale[c] + bias[c];
   }
