@@ -1,4 +1,4 @@
-// `kiln knobs [--backend cpu] [--json]`: every knob with its allowed values, default and help.
+// `kiln knobs [--backend cpu] [--json | --markdown]`: every knob with its allowed values, default and help.
 #include <cstdio>
 
 #include "kiln/cli/commands.h"
@@ -11,9 +11,14 @@ namespace {
 struct KnobsOptions {
   std::string backend;
   bool json = false;
+  bool markdown = false;
 };
 
 int listKnobs(const KnobsOptions& options) {
+  if (options.markdown) {
+    std::printf("%s", knobs::knobMarkdown(knobs::KnobRegistry::global()).c_str());
+    return 0;
+  }
   const nlohmann::json listing = knobs::knobListing(knobs::KnobRegistry::global(), options.backend);
   if (options.json) {
     std::printf("%s\n", listing.dump(2).c_str());
@@ -37,6 +42,7 @@ Command addKnobsCommand(CLI::App& app) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_flag("--json", options->json,
                 "JSON in trtexec's tuner-options shape, plus kiln's fields");
+  sub->add_flag("--markdown", options->markdown, "the Markdown table of docs/knobs.md");
   return {sub, [options] { return listKnobs(*options); }};
 }
 

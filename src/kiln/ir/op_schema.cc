@@ -21,6 +21,9 @@ const OpRegistry& OpRegistry::instance() {
     registerShapeSchemas(r);
     registerIndexingSchemas(r);
     registerFusedSchemas(r);
+    registerLayoutSchemas(r);
+    registerFusedElementwiseSchemas(r);
+    registerAttentionSchemas(r);
     return r;
   }();
   return registry;

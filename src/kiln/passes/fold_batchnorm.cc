@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kiln/passes/conv_weights.h"
 #include "kiln/passes/passes.h"
 
 namespace kiln::passes {
@@ -18,11 +19,6 @@ const knobs::Knob kFoldBatchNorm = knobs::declareKnob({
 });
 
 namespace {
-
-bool isFoldableFloat(ir::DType dtype) {
-  return dtype == ir::DType::kFloat16 || dtype == ir::DType::kFloat32 ||
-         dtype == ir::DType::kFloat64;
-}
 
 // Per channel, y = x * scale + shift is what the BatchNormalization computes.
 struct ChannelAffine {
@@ -64,92 +60,6 @@ std::optional<ChannelAffine> inferenceAffine(const ir::Node& bn, int64_t channel
   return affine;
 }
 
-std::vector<double> valuesOf(const ir::Tensor& tensor) {
-  std::vector<double> values(static_cast<size_t>(tensor.elementCount()));
-  for (size_t i = 0; i < values.size(); ++i) {
-    values[i] = tensor.elementAsDouble(static_cast<int64_t>(i));
-  }
-  return values;
-}
-
-// A new initializer holding `values` in `dtype`.
-ir::Value* addConstant(ir::Graph& graph, const std::string& base, ir::DType dtype,
-                       const ir::Shape& shape, const std::vector<double>& values) {
-  ir::Value* value = graph.addUniqueValue(base);
-  value->dtype = dtype;
-  value->shape = shape;
-  value->hasType = true;
-  value->constant = ir::Tensor::fromVector<double>(shape, values).castTo(dtype);
-  value->isInitializer = true;
-  return value;
-}
-
-// The output channel each weight element scales by, for the producer's weight layout.
-std::optional<std::vector<int64_t>> weightChannels(const ir::Node& producer, int64_t channels) {
-  const ir::Shape& w = producer.inputs[1]->shape;
-  std::vector<int64_t> channelOf(static_cast<size_t>(w.elementCount()));
-  if (producer.opType == "Conv") {
-    // [M, C/group, k...]: the leading axis is the output channel.
-    if (w.rank() < 3 || w[0] != channels) return std::nullopt;
-    const int64_t inner = w.elementCount() / channels;
-    for (size_t i = 0; i < channelOf.size(); ++i) channelOf[i] = static_cast<int64_t>(i) / inner;
-  } else if (producer.opType == "ConvTranspose") {
-    // [C, M/group, k...]: input channel c of group c / (C/group) feeds output channels
-    // group * M/group + j.
-    auto group = producer.getInt("group", 1);
-    if (!group.isOk() || *group < 1 || w.rank() < 3 || w[0] % *group != 0 ||
-        w[1] * *group != channels) {
-      return std::nullopt;
-    }
-    const int64_t inputsPerGroup = w[0] / *group;
-    const int64_t kernel = w.elementCount() / (w[0] * w[1]);
-    for (size_t i = 0; i < channelOf.size(); ++i) {
-      const int64_t flat = static_cast<int64_t>(i) / kernel;
-      const int64_t c = flat / w[1];
-      const int64_t j = flat % w[1];
-      channelOf[i] = c / inputsPerGroup * w[1] + j;
-    }
-  } else {
-    // Gemm's B: [K, N], or [N, K] with transB. The new C is [N], which Gemm broadcasts only
-    // from opset 7 on.
-    auto transB = producer.getInt("transB", 0);
-    if (!transB.isOk() || w.rank() != 2 || producer.opsetVersion < 7) return std::nullopt;
-    const int64_t columns = w[1];
-    if ((*transB ? w[0] : w[1]) != channels) return std::nullopt;
-    for (size_t i = 0; i < channelOf.size(); ++i) {
-      const int64_t flat = static_cast<int64_t>(i);
-      channelOf[i] = *transB ? flat / columns : flat % columns;
-    }
-  }
-  return channelOf;
-}
-
-// The producer's bias per output channel before the fold (zero without one), or null when the
-// bias is not a constant this fold can rewrite.
-std::optional<std::vector<double>> channelBias(const ir::Node& producer, int64_t channels) {
-  std::vector<double> bias(static_cast<size_t>(channels), 0.0);
-  const ir::Value* b = producer.input(2);
-  if (!b) return bias;
-  if (!b->constant) return std::nullopt;
-  double factor = 1.0;
-  if (producer.opType == "Gemm") {
-    // C broadcasts to [M, N]; only a C that varies along N alone is a per-channel bias.
-    const ir::Shape& c = b->shape;
-    if (c.rank() > 2 || (c.rank() == 2 && c[0] != 1)) return std::nullopt;
-    if (c.rank() > 0 && c[c.rank() - 1] != 1 && c[c.rank() - 1] != channels) return std::nullopt;
-    auto beta = producer.getFloat("beta", 1.0f);
-    if (!beta.isOk()) return std::nullopt;
-    factor = *beta;
-  } else if (b->shape.rank() != 1 || b->shape[0] != channels) {
-    return std::nullopt;
-  }
-  const int64_t count = b->constant->elementCount();
-  for (int64_t m = 0; m < channels; ++m) {
-    bias[static_cast<size_t>(m)] = factor * b->constant->elementAsDouble(count == 1 ? 0 : m);
-  }
-  return bias;
-}
-
 }  // namespace
 
 Status foldBatchNorm(ir::Graph& graph, PassContext& context) {
@@ -173,11 +83,11 @@ Status foldBatchNorm(ir::Graph& graph, PassContext& context) {
     if (!w || !w->constant || !isFoldableFloat(w->dtype) || x->shape.rank() < 2) continue;
     const int64_t channels = x->shape[1];
     auto affine = inferenceAffine(bn, channels);
-    auto channelOf = weightChannels(*producer, channels);
-    auto bias = channelBias(*producer, channels);
+    auto channelOf = weightOutputChannels(*producer, channels);
+    auto bias = biasPerChannel(*producer, channels);
     if (!affine || !channelOf || !bias) continue;
 
-    std::vector<double> weights = valuesOf(*w->constant);
+    std::vector<double> weights = tensorValues(*w->constant);
     for (size_t i = 0; i < weights.size(); ++i) {
       weights[i] *= affine->scale[static_cast<size_t>((*channelOf)[i])];
     }
@@ -185,9 +95,9 @@ Status foldBatchNorm(ir::Graph& graph, PassContext& context) {
       (*bias)[m] = (*bias)[m] * affine->scale[m] + affine->shift[m];
     }
     // New initializers: the old weight may be shared with another node.
-    ir::Value* newWeight = addConstant(graph, w->name + "_bn", w->dtype, w->shape, weights);
+    ir::Value* newWeight = addFoldedConstant(graph, w->name + "_bn", w->dtype, w->shape, weights);
     ir::Value* newBias =
-        addConstant(graph, producer->name + "_bias_bn", w->dtype, ir::Shape{channels}, *bias);
+        addFoldedConstant(graph, producer->name + "_bias_bn", w->dtype, ir::Shape{channels}, *bias);
     producer->inputs.resize(3);
     producer->inputs[1] = newWeight;
     producer->inputs[2] = newBias;

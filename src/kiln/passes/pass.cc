@@ -10,7 +10,7 @@ namespace kiln::passes {
 Result<PassRecord> runPass(const PassInfo& pass, ir::Graph& graph, const knobs::Route& route) {
   PassRecord record;
   record.name = pass.name;
-  record.enabled = route.isOn(*pass.enable);
+  record.enabled = pass.enable == nullptr || route.isOn(*pass.enable);
   if (!record.enabled) return record;
   const auto start = std::chrono::steady_clock::now();
   PassContext context{route, record.changes};

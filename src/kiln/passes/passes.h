@@ -13,6 +13,18 @@ Status foldConstants(ir::Graph& graph, PassContext& context);
 extern const knobs::Knob kEliminateIdentity;
 Status eliminateIdentity(ir::Graph& graph, PassContext& context);
 
+// --- clean-up after folding (eliminate_noops.cc, reassociate_constants.cc,
+// eliminate_common_subexpressions.cc) ---
+extern const knobs::Knob kEliminateNoops;
+Status eliminateNoops(ir::Graph& graph, PassContext& context);
+
+extern const knobs::Knob kReassociateConstants;
+Status reassociateConstants(ir::Graph& graph, PassContext& context);
+
+extern const knobs::Knob kEliminateCommonSubexpressions;
+Status eliminateCommonSubexpressions(ir::Graph& graph, PassContext& context);
+// --- end clean-up ---
+
 // --- pattern recognition and simplification (recognize_*.cc, simplify_*.cc) ---
 // In pipeline order. Exporters write redundant layout chains (Transpose pairs, Reshape after
 // Squeeze) and spell LayerNormalization and GELU out as elementwise chains; one node each runs
@@ -25,6 +37,12 @@ Status recognizeLayerNorm(ir::Graph& graph, PassContext& context);
 
 extern const knobs::Knob kRecognizeGelu;
 Status recognizeGelu(ir::Graph& graph, PassContext& context);
+
+extern const knobs::Knob kFoldTransposeIntoGemm;
+Status foldTransposeIntoGemm(ir::Graph& graph, PassContext& context);
+
+extern const knobs::Knob kFuseAttention;
+Status fuseAttention(ir::Graph& graph, PassContext& context);
 // --- end pattern recognition ---
 
 // --- fusion (fold_batchnorm.cc, fuse_*.cc) ---
@@ -32,12 +50,23 @@ Status recognizeGelu(ir::Graph& graph, PassContext& context);
 extern const knobs::Knob kFoldBatchNorm;
 Status foldBatchNorm(ir::Graph& graph, PassContext& context);
 
+extern const knobs::Knob kFoldPadIntoConv;
+Status foldPadIntoConv(ir::Graph& graph, PassContext& context);
+
+extern const knobs::Knob kFoldAffineIntoConv;
+Status foldAffineIntoConv(ir::Graph& graph, PassContext& context);
+
 extern const knobs::Knob kFuseConvActivation;
 extern const knobs::Knob kFuseConvResidual;
 Status fuseConvActivation(ir::Graph& graph, PassContext& context);
 
 extern const knobs::Knob kFuseGemmActivation;
 Status fuseGemmActivation(ir::Graph& graph, PassContext& context);
+
+Status layoutNhwc(ir::Graph& graph, PassContext& context);
+
+extern const knobs::Knob kFuseElementwise;
+Status fuseElementwise(ir::Graph& graph, PassContext& context);
 
 // The attributes (activation, activation_alpha, activation_beta) with which FusedConv and
 // FusedGemm apply `node` to their result, or nothing when `node` is not an activation they

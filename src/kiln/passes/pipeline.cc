@@ -14,22 +14,51 @@ const PassInfo kPipeline[] = {
     // Fold before matching patterns: exporters compute shapes and constant weight transforms
     // with small subgraphs, and folding turns them into the initializers patterns look for.
     {"fold_constants", &kFoldConstants, foldConstants},
+    // After folding, which makes the pads, steps and operands that decide a no-op constants;
+    // before CSE and the patterns, which then see through the no-ops.
+    {"eliminate_noops", &kEliminateNoops, eliminateNoops},
+    // After no-op removal (x * 1 * c is x * c already); before CSE, which then compares the
+    // combined steps.
+    {"reassociate_constants", &kReassociateConstants, reassociateConstants},
+    // After folding and no-op removal, so equal computations read the very same values; before
+    // the patterns, so each repeated subgraph is matched and rewritten once.
+    {"eliminate_common_subexpressions", &kEliminateCommonSubexpressions,
+     eliminateCommonSubexpressions},
     // --- pattern recognition and simplification ---
     // After folding, which turns exporters' computed shapes into the constants these rewrites
     // need; before the recognizers, whose patterns such layout chains can split.
     {"simplify_transpose_reshape", &kSimplifyTransposeReshape, simplifyTransposeReshape},
+    // After Transpose pairs cancel above; before fuse_gemm_activation, which then fuses the
+    // activation after the Gemm a 2-D MatMul becomes.
+    {"fold_transpose_into_gemm", &kFoldTransposeIntoGemm, foldTransposeIntoGemm},
     // Recognizers after folding, so eps, gamma, beta and the GELU constants are constants; before
     // fusion, which then sees one LayerNormalization or Gelu node instead of a chain.
     {"recognize_layernorm", &kRecognizeLayerNorm, recognizeLayerNorm},
     {"recognize_gelu", &kRecognizeGelu, recognizeGelu},
+    // After folding (the scales are constants then) and fold_transpose_into_gemm (whose Gemm it
+    // reads as a 2-D Q*K^T); before fuse_elementwise, which would merge the scale Mul, the mask Add
+    // and the Where(IsNaN) into FusedElementwise chains and so hide the pattern.
+    {"fuse_attention", &kFuseAttention, fuseAttention},
     // --- end pattern recognition ---
     // --- fusion ---
     // Before the activation fusions: a BatchNormalization between Conv and Relu hides the pair.
     {"fold_batchnorm", &kFoldBatchNorm, foldBatchNorm},
+    // Before fuse_conv_activation, which matches the Conv (not the Pad) before an activation.
+    {"fold_pad_into_conv", &kFoldPadIntoConv, foldPadIntoConv},
+    // After BN folding (a Mul/Add after a folded BN then follows the Conv directly); before the
+    // fusions, which then find the activation right after the Conv or MatMul.
+    {"fold_affine_into_conv", &kFoldAffineIntoConv, foldAffineIntoConv},
     // After BN folding (Conv -> Relu is then adjacent); absorbs bias/residual Adds + activation.
     {"fuse_conv_activation", &kFuseConvActivation, fuseConvActivation},
     // After BN folding too (Gemm + BN folds into Gemm first); MatMul + Add + act -> FusedGemm.
     {"fuse_gemm_activation", &kFuseGemmActivation, fuseGemmActivation},
+    // After the Conv fusions (NhwcConv carries FusedConv's epilogue); before fuse_elementwise,
+    // whose fused chains the layout could not follow through as it follows plain elementwise ops.
+    // No gate knob: graph.layout (nchw everywhere by default) says which nodes it changes.
+    {"layout_nhwc", nullptr, layoutNhwc},
+    // Last of the fusions: Conv and Gemm first absorb the activations and Adds they can (that
+    // saves a whole pass over memory); what is left chains into FusedElementwise.
+    {"fuse_elementwise", &kFuseElementwise, fuseElementwise},
     // --- end fusion ---
     // Last: the rewrites above leave nodes whose outputs nothing reads.
     {"eliminate_dead_nodes", &kEliminateDeadNodes, eliminateDeadNodes},

@@ -16,6 +16,9 @@ const KernelRegistry& KernelRegistry::instance() {
     registerShapeKernels(r);
     registerIndexingKernels(r);
     registerFusedKernels(r);
+    registerLayoutKernels(r);
+    registerFusedElementwiseKernels(r);
+    registerAttentionKernels(r);
     return r;
   }();
   return registry;

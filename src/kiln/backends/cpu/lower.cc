@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <cstring>
+#include <limits>
+#include <set>
 #include <thread>
 #include <unordered_map>
 
@@ -23,6 +25,26 @@ const knobs::Knob kThreads = knobs::declareKnob({
     .backends = {"cpu"},
 });
 
+const knobs::Knob kAliasReshapes = knobs::declareKnob({
+    .name = "cpu.memory.alias_reshapes",
+    .kind = knobs::KnobKind::kBool,
+    .defaultValue = "on",
+    .help = "Reshape, Flatten, Squeeze, Unsqueeze and Identity reuse their input's buffer "
+            "(no copy, no step) instead of copying it",
+    .backends = {"cpu"},
+    .perNode = true,
+});
+
+const knobs::Knob kInPlace = knobs::declareKnob({
+    .name = "cpu.memory.in_place",
+    .kind = knobs::KnobKind::kBool,
+    .defaultValue = "on",
+    .help = "an elementwise step writes its output over an input of the same shape that nothing "
+            "reads afterwards, instead of into a buffer of its own",
+    .backends = {"cpu"},
+    .perNode = true,
+});
+
 namespace {
 
 std::unique_ptr<Step> chooseStep(const ir::Node& node, const knobs::Route& route) {
@@ -30,9 +52,13 @@ std::unique_ptr<Step> chooseStep(const ir::Node& node, const knobs::Route& route
   if (auto step = makeConvStep(node, route)) return step;
   if (auto step = makePoolStep(node, route)) return step;
   if (auto step = makeSoftmaxStep(node, route)) return step;
+  if (auto step = makeAttentionStep(node, route)) return step;
   if (auto step = makeLayerNormStep(node, route)) return step;
   if (auto step = makeTransposeStep(node, route)) return step;
   if (auto step = makeEltwiseStep(node, route)) return step;
+  if (auto step = makeFusedEltwiseStep(node, route)) return step;
+  if (auto step = makeDataMoveStep(node, route)) return step;
+  if (auto step = makeReduceStep(node, route)) return step;
   return makeReferenceStep(node);
 }
 
@@ -43,6 +69,53 @@ bool allOutputsConstant(const ir::Node& node) {
   return true;
 }
 
+// A node whose output holds its input's bytes unchanged (row-major order is all a shape
+// changes), so the output can be a second name for the input's buffer.
+bool isAlias(const ir::Node& node, const knobs::Route& route) {
+  static const std::set<std::string> kAliasOps = {"Reshape", "Flatten", "Squeeze", "Unsqueeze",
+                                                  "Identity"};
+  if (!node.domain.empty() || !kAliasOps.count(node.opType)) return false;
+  if (node.outputs.size() != 1 || !node.outputs[0] || !node.inputs[0]) return false;
+  if (node.inputs[0]->constant || node.outputs[0]->constant) return false;
+  return route.value(kAliasReshapes, &node) == "on";
+}
+
+// The input a step may write its output over: its kernel reads element i of that input before
+// writing element i of the output and touches no other element of either, which holds for the
+// elementwise kernels below (they take no __restrict pointers). -1: none.
+int inPlaceInput(const Step& step) {
+  static const std::set<std::string> kElementwiseTactics = {"fast.unary",
+                                                            "fast.binary_broadcast"};
+  if (!kElementwiseTactics.count(step.tactic)) return -1;
+  const ir::Value* output = step.node->outputs[0];
+  for (size_t i = 0; i < step.node->inputs.size(); ++i) {
+    const ir::Value* input = step.node->inputs[i];
+    if (input && !input->constant && input->dtype == output->dtype &&
+        input->shape == output->shape) {
+      return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
+// Values that share one buffer (a value and its aliases, an in-place step's input and output)
+// form a family: one arena range, alive from its first write to its last read.
+class Families {
+ public:
+  size_t find(size_t v) {
+    while (parent_[v] != v) v = parent_[v] = parent_[parent_[v]];
+    return v;
+  }
+  size_t add() {
+    parent_.push_back(parent_.size());
+    return parent_.size() - 1;
+  }
+  void unite(size_t into, size_t from) { parent_[find(from)] = find(into); }
+
+ private:
+  std::vector<size_t> parent_;
+};
+
 }  // namespace
 
 Result<Plan> lowerToCpu(std::shared_ptr<const ir::Graph> graph, const knobs::Route& route) {
@@ -51,47 +124,104 @@ Result<Plan> lowerToCpu(std::shared_ptr<const ir::Graph> graph, const knobs::Rou
   const int64_t threads = route.intValue(kThreads);
   plan.threads_ = threads > 0 ? static_cast<int>(threads)
                               : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-
-  // Runtime values get arena slots; constants are read where the graph keeps them.
-  std::unordered_map<const ir::Value*, size_t> slot;
-  std::vector<Lifetime> lifetimes;
+  plan.pool_ = std::make_unique<ThreadPool>(plan.threads_);
   for (const auto& value : graph->values()) {
     if (!value->hasType) {
       return internalError("value '{}' has no type: lower only shape-inferred graphs", value->name);
     }
   }
-  auto slotFor = [&](const ir::Value* value, int first) {
-    auto [it, inserted] = slot.emplace(value, lifetimes.size());
+
+  // Kernels first: which nodes run as steps, and which are aliases of their input.
+  Families families;
+  // Runtime values in order of first appearance (so plans are deterministic), and each one's
+  // index in `families`.
+  std::vector<const ir::Value*> runtimeValues;
+  std::unordered_map<const ir::Value*, size_t> id;
+  auto idOf = [&](const ir::Value* value) {
+    auto [it, inserted] = id.emplace(value, 0);
     if (inserted) {
-      lifetimes.push_back(
-          {value->shape.elementCount() * static_cast<int64_t>(ir::dtypeSize(value->dtype)), first,
-           first});
+      it->second = families.add();
+      runtimeValues.push_back(value);
     }
     return it->second;
   };
-  for (const ir::Value* input : graph->inputs) slotFor(input, -1);
-
+  for (const ir::Value* input : graph->inputs) idOf(input);
   for (const auto& nodePtr : graph->nodes()) {
     const ir::Node& node = *nodePtr;
     if (allOutputsConstant(node)) continue;  // folded at build time (e.g. Shape of a static shape)
+    if (isAlias(node, route)) {
+      families.unite(idOf(node.inputs[0]), idOf(node.outputs[0]));
+      continue;
+    }
     std::unique_ptr<Step> step = chooseStep(node, route);
     if (!step) {
       return unsupported("{}: the CPU backend has no kernel for '{}'", node.describe(),
                          node.opType);
     }
     step->node = &node;
-    const int index = static_cast<int>(plan.steps_.size());
-    for (const ir::Value* input : node.inputs) {
-      if (input && !input->constant) lifetimes[slotFor(input, index)].last = index;
-    }
     for (const ir::Value* output : node.outputs) {
-      if (output && !output->constant) slotFor(output, index);
+      if (output && !output->constant) idOf(output);
     }
     plan.steps_.push_back(std::move(step));
   }
+
+  // Each value's last reader (graph outputs are read after the last step), then each family's.
   const int stepCount = static_cast<int>(plan.steps_.size());
+  std::vector<int> lastRead(id.size(), -1);
+  std::vector<int> firstWrite(id.size(), std::numeric_limits<int>::max());
+  for (const ir::Value* input : graph->inputs) firstWrite[id.at(input)] = -1;
+  for (int index = 0; index < stepCount; ++index) {
+    const ir::Node& node = *plan.steps_[index]->node;
+    for (const ir::Value* input : node.inputs) {
+      if (input && !input->constant) lastRead[id.at(input)] = index;
+    }
+    for (const ir::Value* output : node.outputs) {
+      if (output && !output->constant) firstWrite[id.at(output)] = index;
+    }
+  }
   for (const ir::Value* output : graph->outputs) {
-    if (!output->constant) lifetimes[slotFor(output, stepCount)].last = stepCount;
+    if (!output->constant) lastRead[id.at(output)] = stepCount;
+  }
+  auto familyLastRead = [&](size_t family) {
+    int last = -1;
+    for (size_t index = 0; index < runtimeValues.size(); ++index) {
+      if (families.find(index) == family) last = std::max(last, lastRead[index]);
+    }
+    return last;
+  };
+
+  // In place: a step may take over an input's family when nothing reads that family after it.
+  for (int index = 0; index < stepCount; ++index) {
+    Step& step = *plan.steps_[index];
+    const int input = inPlaceInput(step);
+    if (input < 0 || route.value(kInPlace, step.node) != "on") continue;
+    const size_t inputFamily = families.find(id.at(step.node->inputs[input]));
+    const size_t outputFamily = families.find(id.at(step.node->outputs[0]));
+    if (inputFamily == outputFamily || familyLastRead(inputFamily) != index) continue;
+    families.unite(inputFamily, outputFamily);
+  }
+
+  // One lifetime per family.
+  std::unordered_map<size_t, size_t> slot;  // family root -> lifetime index
+  std::vector<Lifetime> lifetimes;
+  for (size_t index = 0; index < runtimeValues.size(); ++index) {
+    const ir::Value* value = runtimeValues[index];
+    const size_t root = families.find(index);
+    auto [it, inserted] = slot.emplace(root, lifetimes.size());
+    const int64_t bytes =
+        value->shape.elementCount() * static_cast<int64_t>(ir::dtypeSize(value->dtype));
+    if (inserted) {
+      lifetimes.push_back({bytes, firstWrite[index], lastRead[index]});
+      continue;
+    }
+    Lifetime& lifetime = lifetimes[it->second];
+    lifetime.bytes = std::max(lifetime.bytes, bytes);
+    lifetime.first = std::min(lifetime.first, firstWrite[index]);
+    lifetime.last = std::max(lifetime.last, lastRead[index]);
+  }
+  for (Lifetime& lifetime : lifetimes) {
+    // A value written but never read still needs its range while its step runs.
+    lifetime.last = std::max(lifetime.last, lifetime.first);
   }
 
   const MemoryPlan memory = planMemory(lifetimes, route.value(kMemoryPlanner) == "reuse");
@@ -101,7 +231,7 @@ Result<Plan> lowerToCpu(std::shared_ptr<const ir::Graph> graph, const knobs::Rou
     if (value->constant) {
       ref.constant = &*value->constant;
     } else {
-      ref.offset = memory.offsets[slot.at(value)];
+      ref.offset = memory.offsets[slot.at(families.find(id.at(value)))];
     }
     return ref;
   };
@@ -133,7 +263,7 @@ Result<std::vector<ir::Tensor>> Plan::run(const std::vector<ir::Tensor>& inputs,
   if (arena_.empty() && arenaBytes_ > 0)
     arena_ = ir::Tensor(ir::DType::kUInt8, ir::Shape{arenaBytes_});
   openblas_set_num_threads(threads_);
-  ExecutionContext context(arena_.mutableRawData());
+  ExecutionContext context(arena_.mutableRawData(), *pool_);
   for (size_t i = 0; i < inputs.size(); ++i) {
     std::memcpy(context.address(inputs_[i]), inputs[i].rawData(), inputs[i].byteSize());
   }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/backends/cpu/thread_pool.h"
 #include "kiln/base/status.h"
 #include "kiln/ir/graph.h"
 #include "kiln/knobs/route.h"
@@ -26,10 +27,11 @@ struct BufferRef {
   }
 };
 
-// What a step sees while running: the arena its buffers live in.
+// What a step sees while running: the arena its buffers live in, and the plan's threads.
 class ExecutionContext {
  public:
-  explicit ExecutionContext(std::byte* arena) : arena_(arena) {}
+  ExecutionContext(std::byte* arena, ThreadPool& pool) : arena_(arena), pool_(&pool) {}
+  ThreadPool& pool() const { return *pool_; }
   std::byte* address(const BufferRef& ref) const {
     return ref.constant ? const_cast<std::byte*>(ref.constant->rawData()) : arena_ + ref.offset;
   }
@@ -43,6 +45,7 @@ class ExecutionContext {
 
  private:
   std::byte* arena_;
+  ThreadPool* pool_;
 };
 
 // One node's kernel. The choices it records (tactic, layout, precision) are what
@@ -83,6 +86,7 @@ class Plan {
   int64_t arenaBytes_ = 0;
   int threads_ = 1;
   mutable ir::Tensor arena_;
+  std::unique_ptr<ThreadPool> pool_;  // threads_ threads, the caller's among them
 };
 
 // Lowers an inferred (and usually optimised) graph to a CPU plan, choosing each node's kernel

@@ -1,13 +1,18 @@
-// Matrix products (MatMul, Gemm) in float32 through a BLAS library (OpenBLAS's sgemm).
+// Matrix products (MatMul, Gemm, kiln.FusedGemm) in float32 or bfloat16, through sgemm() (OpenBLAS,
+// or kiln's native packed SGEMM; sgemm.h).
 //
-// MatMul with a 2-D right operand runs as one sgemm over all of the left operand's batch rows
-// ([..., M, K] is contiguous as [batch*M, K]); batched right operands run one sgemm per batch
-// entry, with numpy broadcasting of the batch dimensions.
-#include <cblas.h>
-
+// MatMul with a 2-D right operand runs as one product over all of the left operand's batch rows
+// ([..., M, K] is contiguous as [batch*M, K]); batched right operands run one product per batch
+// entry, with numpy broadcasting of the batch dimensions, spread over the threads together.
+// A constant right operand (a weight) of a native product is packed once at build time.
+#include <algorithm>
 #include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "kiln/backends/cpu/kernels/epilogue.h"
+#include "kiln/backends/cpu/kernels/sgemm.h"
 #include "kiln/backends/cpu/kernels/steps.h"
 #include "kiln/ir/op_schema.h"
 
@@ -16,12 +21,58 @@ namespace kiln::cpu {
 const knobs::Knob kGemmSource = knobs::declareKnob({
     .name = "cpu.gemm.source",
     .kind = knobs::KnobKind::kEnum,
-    .choices = {"blas", "reference"},
-    .defaultValue = "blas",
-    .help = "tactic source for MatMul and Gemm: OpenBLAS sgemm, or the reference kernel",
+    .choices = {"blas", "native", "reference"},
+    .defaultValue = "native",
+    .help = "tactic source for MatMul, Gemm and the GEMM of convolutions: kiln's packed native "
+            "SGEMM, OpenBLAS sgemm, or the reference kernel",
     .backends = {"cpu"},
     .perNode = true,
 });
+
+const knobs::Knob kGemmPrecision = knobs::declareKnob({
+    .name = "cpu.gemm.precision",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"fp32", "bf16"},
+    .defaultValue = "fp32",
+    .help = "MatMul/Gemm arithmetic: float32, or operands rounded to bfloat16 with float32 sums "
+            "(always on the native kernels; vdpbf16ps where the CPU has AVX512_BF16)",
+    .backends = {"cpu"},
+    .perNode = true,
+    .changesNumerics = true,
+});
+
+const knobs::Knob kGemmKc = knobs::declareKnob({
+    .name = "cpu.gemm.kc",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"128", "256", "384", "512"},
+    .defaultValue = std::to_string(kDefaultGemmKc),
+    .help = "depth (k) of the native SGEMM's packed panels: the B sliver kept in L1 per tile",
+    .backends = {"cpu"},
+    .perNode = true,
+});
+
+const knobs::Knob kGemmPrepack = knobs::declareKnob({
+    .name = "cpu.gemm.prepack",
+    .kind = knobs::KnobKind::kBool,
+    .defaultValue = "on",
+    .help = "pack a native GEMM's constant right operand (its weights) once at build time "
+            "instead of on every run",
+    .backends = {"cpu"},
+    .perNode = true,
+});
+
+GemmSource gemmSourceFor(const ir::Node& node, const knobs::Route& route) {
+  return route.value(kGemmSource, &node) == "native" ? GemmSource::kNative : GemmSource::kBlas;
+}
+
+GemmOptions gemmOptionsFor(const ir::Node& node, const knobs::Route& route) {
+  return {
+      .source = gemmSourceFor(node, route),
+      .precision = route.value(kGemmPrecision, &node) == "bf16" ? GemmPrecision::kBf16
+                                                                : GemmPrecision::kFp32,
+      .kc = std::stoll(route.value(kGemmKc, &node)),
+  };
+}
 
 namespace {
 
@@ -35,8 +86,33 @@ bool allFloat32(const ir::Node& node) {
   return true;
 }
 
+// Runs `count` elements of `data` through the epilogue, split over the pool (it is elementwise).
+void applyEpilogue(const Epilogue& epilogue, float* data, int64_t count, ThreadPool& pool) {
+  if (epilogue.empty()) return;
+  pool.parallelFor(count, /*grain=*/16384, [&](int64_t begin, int64_t end) {
+    epilogue.apply(data + begin, end - begin, nullptr);
+  });
+}
+
+// How a step multiplies: its GEMM options and, for a constant right operand of a native
+// product, that operand packed at build time.
+struct GemmPlan {
+  GemmOptions options;
+  std::optional<PackedGemmB> packedB;
+
+  void run(const GemmArgs& args, ThreadPool& pool) const {
+    if (packedB) {
+      sgemm(args, *packedB, pool);
+    } else {
+      sgemm(options, args, pool);
+    }
+  }
+};
+
 class MatMulStep : public Step {
  public:
+  explicit MatMulStep(GemmPlan plan) : plan_(std::move(plan)) {}
+
   Status run(const ExecutionContext& context) const override {
     const BufferRef& a = *inputs[0];
     const BufferRef& b = *inputs[1];
@@ -49,8 +125,8 @@ class MatMulStep : public Step {
     float* Y = context.data<float>(y);
     if (b.shape.rank() <= 2) {
       const int64_t rows = a.shape.elementCount() / std::max<int64_t>(k, 1);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, n, k, 1.0f, A, k, B, n, 0.0f, Y,
-                  n);
+      plan_.run({.m = rows, .n = n, .k = k, .a = A, .lda = k, .b = B, .ldb = n, .c = Y, .ldc = n},
+                context.pool());
       return Status::ok();
     }
     // Batched right operand: walk the output's batch dimensions with broadcasting.
@@ -70,25 +146,42 @@ class MatMulStep : public Step {
       return offset;
     };
     std::vector<int64_t> index(batchRank, 0);
+    entries_.clear();
     for (int64_t entry = 0; entry < batch.elementCount(); ++entry) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f,
-                  A + offsetOf(a.shape, index, m * k), k, B + offsetOf(b.shape, index, k * n), n,
-                  0.0f, Y + entry * m * n, n);
+      entries_.push_back({.m = m,
+                          .n = n,
+                          .k = k,
+                          .a = A + offsetOf(a.shape, index, m * k),
+                          .lda = k,
+                          .b = B + offsetOf(b.shape, index, k * n),
+                          .ldb = n,
+                          .c = Y + entry * m * n,
+                          .ldc = n});
       for (size_t d = batchRank; d-- > 0;) {
         if (++index[d] < batch[d]) break;
         index[d] = 0;
       }
     }
+    sgemmBatch(plan_.options, entries_, context.pool());
     return Status::ok();
   }
+
+ private:
+  GemmPlan plan_;
+  mutable std::vector<GemmArgs> entries_;  // per-run scratch; a plan runs on one thread at a time
 };
 
 // Gemm, and kiln's FusedGemm (Gemm + activation, whose A may be batched [..., K]: the batch
 // rows are contiguous, so they run as one [rows, K] product).
 class GemmStep : public Step {
  public:
-  GemmStep(bool transA, bool transB, float alpha, float beta, Epilogue epilogue)
-      : transA_(transA), transB_(transB), alpha_(alpha), beta_(beta), epilogue_(epilogue) {}
+  GemmStep(bool transA, bool transB, float alpha, float beta, Epilogue epilogue, GemmPlan plan)
+      : transA_(transA),
+        transB_(transB),
+        alpha_(alpha),
+        beta_(beta),
+        epilogue_(epilogue),
+        plan_(std::move(plan)) {}
 
   Status run(const ExecutionContext& context) const override {
     const BufferRef& a = *inputs[0];
@@ -99,43 +192,96 @@ class GemmStep : public Step {
     float* Y = context.data<float>(y);
     float beta = 0.0f;
     if (inputs.size() > 2 && inputs[2] && beta_ != 0.0f) {
-      // C broadcasts to [M, N]; sgemm then accumulates onto it.
+      // C broadcasts to [M, N]; the product then accumulates onto it.
       const BufferRef& c = *inputs[2];
-      const float* C = context.data<float>(c);
-      const int64_t rows = c.shape.rank() == 2 ? c.shape[0] : 1;
-      const int64_t cols = c.shape.rank() >= 1 ? c.shape[c.shape.rank() - 1] : 1;
-      for (int64_t i = 0; i < m; ++i) {
-        for (int64_t j = 0; j < n; ++j) {
-          Y[i * n + j] = C[(rows == 1 ? 0 : i) * cols + (cols == 1 ? 0 : j)];
-        }
-      }
+      broadcastC(context.data<float>(c), c.shape, m, n, Y, context.pool());
       beta = beta_;
     }
-    cblas_sgemm(CblasRowMajor, transA_ ? CblasTrans : CblasNoTrans,
-                transB_ ? CblasTrans : CblasNoTrans, m, n, k, alpha_, context.data<float>(a),
-                transA_ ? m : k, context.data<float>(*inputs[1]), transB_ ? k : n, beta, Y, n);
-    epilogue_.apply(Y, m * n, nullptr);
+    plan_.run({.transA = transA_,
+               .transB = transB_,
+               .m = m,
+               .n = n,
+               .k = k,
+               .alpha = alpha_,
+               .a = context.data<float>(a),
+               .lda = transA_ ? m : k,
+               .b = context.data<float>(*inputs[1]),
+               .ldb = transB_ ? k : n,
+               .beta = beta,
+               .c = Y,
+               .ldc = n},
+              context.pool());
+    applyEpilogue(epilogue_, Y, m * n, context.pool());
     return Status::ok();
   }
 
  private:
+  static void broadcastC(const float* C, const ir::Shape& shape, int64_t m, int64_t n, float* Y,
+                         ThreadPool& pool) {
+    const int64_t rows = shape.rank() == 2 ? shape[0] : 1;
+    const int64_t cols = shape.rank() >= 1 ? shape[shape.rank() - 1] : 1;
+    pool.parallelFor(m, std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)),
+                     [&](int64_t begin, int64_t end) {
+                       for (int64_t i = begin; i < end; ++i) {
+                         const float* src = C + (rows == 1 ? 0 : i) * cols;
+                         float* dst = Y + i * n;
+                         if (cols == n) {
+                           std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+                         } else {
+                           std::fill(dst, dst + n, src[0]);
+                         }
+                       }
+                     });
+  }
+
   bool transA_, transB_;
   float alpha_, beta_;
   Epilogue epilogue_;
+  GemmPlan plan_;
 };
+
+// The options the route gives `node`, with its right operand packed when it is a constant 2-D
+// matrix of a native product and cpu.gemm.prepack is on. `rows`/`cols` are op(B)'s shape.
+GemmPlan planFor(const ir::Node& node, const knobs::Route& route, bool transB, int64_t rows,
+                 int64_t cols) {
+  GemmPlan plan{.options = gemmOptionsFor(node, route)};
+  const ir::Value* b = node.inputs[1];
+  if (plan.options.native() && route.isOn(kGemmPrepack, &node) && b->constant &&
+      b->shape.rank() <= 2) {
+    plan.packedB.emplace(plan.options, transB, rows, cols, b->constant->data<float>().data(),
+                         transB ? rows : cols);
+  }
+  return plan;
+}
+
+std::string tacticOf(const GemmPlan& plan) {
+  if (!plan.options.native()) return "blas.sgemm";
+  return "native.sgemm.kc" + std::to_string(plan.options.kc) + (plan.packedB ? ".prepacked" : "");
+}
 
 }  // namespace
 
 std::unique_ptr<Step> makeGemmStep(const ir::Node& node, const knobs::Route& route) {
   const bool fused = node.domain == ir::kKilnDomain && node.opType == "FusedGemm";
   if ((!node.domain.empty() && !fused) || !allFloat32(node)) return nullptr;
-  if (route.value(kGemmSource, &node) != "blas") return nullptr;
+  if (route.value(kGemmSource, &node) == "reference") return nullptr;
   std::unique_ptr<Step> step;
+  std::string tactic, precision;
+  // Records the plan's choices before a step takes it.
+  const auto describe = [&](const GemmPlan& plan) {
+    tactic = tacticOf(plan);
+    precision = plan.options.precision == GemmPrecision::kBf16 ? "bf16" : "fp32";
+  };
   if (node.opType == "MatMul") {
     // A vector left operand against a batched right one changes the output's rank in a way
     // the batch walk does not follow; the reference kernel takes that rare case.
-    if (node.inputs[0]->shape.rank() < 2 && node.inputs[1]->shape.rank() > 2) return nullptr;
-    step = std::make_unique<MatMulStep>();
+    const ir::Shape& a = node.inputs[0]->shape;
+    const ir::Shape& b = node.inputs[1]->shape;
+    if (a.rank() < 2 && b.rank() > 2) return nullptr;
+    const int64_t k = b.rank() == 1 ? b[0] : b[b.rank() - 2];
+    GemmPlan plan = planFor(node, route, /*transB=*/false, k, b.rank() == 1 ? 1 : b[b.rank() - 1]);
+    describe(plan);
+    step = std::make_unique<MatMulStep>(std::move(plan));
   } else if (node.opType == "Gemm" || fused) {
     auto transA = node.getInt("transA", 0), transB = node.getInt("transB", 0);
     auto alpha = node.getFloat("alpha", 1.0f), beta = node.getFloat("beta", 1.0f);
@@ -143,11 +289,18 @@ std::unique_ptr<Step> makeGemmStep(const ir::Node& node, const knobs::Route& rou
     if (!transA.isOk() || !transB.isOk() || !alpha.isOk() || !beta.isOk() || !epilogue) {
       return nullptr;
     }
-    step = std::make_unique<GemmStep>(*transA != 0, *transB != 0, *alpha, *beta, *epilogue);
+    const ir::Shape& b = node.inputs[1]->shape;
+    if (b.rank() != 2) return nullptr;
+    GemmPlan plan =
+        planFor(node, route, *transB != 0, b[*transB != 0 ? 1 : 0], b[*transB != 0 ? 0 : 1]);
+    describe(plan);
+    step = std::make_unique<GemmStep>(*transA != 0, *transB != 0, *alpha, *beta, *epilogue,
+                                      std::move(plan));
   } else {
     return nullptr;
   }
-  step->tactic = "blas.sgemm";
+  step->tactic = tactic;
+  step->precision = precision;
   return step;
 }
 

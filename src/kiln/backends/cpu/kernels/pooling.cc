@@ -1,11 +1,22 @@
-// Pooling in float32 on 4-D NCHW tensors: MaxPool, AveragePool and the global pools, with each
-// axis's window bounds computed once at build time so the run loops do no bounds checks.
+// Pooling in float32 on 4-D tensors: MaxPool, AveragePool and the global pools on NCHW, and the
+// layout pass's kiln.NhwcMaxPool, NhwcAveragePool, NhwcGlobalAveragePool and NhwcGlobalMaxPool on
+// NHWC, whose inner loops run along the contiguous channels. Each axis's window bounds are
+// computed once at build time so the run loops do no bounds checks. NCHW work spreads over the
+// threads by planes, NHWC work by output rows (window pools) or channel blocks (global pools).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "kiln/backends/cpu/kernels/steps.h"
+#include "kiln/ir/op_schema.h"
 #include "kiln/ir/ops/neural.h"
+
+// RelWithDebInfo builds at -O2, where GCC 12 vectorises only loops whose trip count it knows to
+// be a multiple of the vector width; the NHWC channel loops have runtime extents.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("vect-cost-model=dynamic")
+#endif
 
 namespace kiln::cpu {
 
@@ -20,6 +31,10 @@ const knobs::Knob kPoolImpl = knobs::declareKnob({
 });
 
 namespace {
+
+// Elements a parallelFor chunk should at least touch: below this, waking a thread costs more
+// than the work.
+constexpr int64_t kGrainWork = 16384;
 
 // One output position's window along one axis: kernel offsets [first, last) land inside the
 // input; `padded` counts the offsets inside the padded extent (count_include_pad's divisor).
@@ -51,6 +66,9 @@ std::vector<AxisWindow> axisWindows(const ir::WindowGeometry& g, size_t axis) {
   return windows;
 }
 
+// Each output row is built tap by tap: for kernel offset (ky, kx), every output column whose
+// window holds that tap takes it in one loop over the row, with no per-element bounds checks.
+// Sums run in the same (ky, kx) order per output as a window-at-a-time loop would.
 class WindowPoolStep : public Step {
  public:
   WindowPoolStep(const ir::WindowGeometry& g, int64_t planes, bool max, bool countIncludePad)
@@ -59,56 +77,86 @@ class WindowPoolStep : public Step {
         max_(max),
         countIncludePad_(countIncludePad),
         rows_(axisWindows(g, 0)),
-        cols_(axisWindows(g, 1)) {}
+        cols_(axisWindows(g, 1)) {
+    // The output columns whose window holds kernel column kx inside the input.
+    for (int64_t kx = 0; kx < g.kernel[1]; ++kx) {
+      int64_t first = g.output[1], last = 0;
+      for (int64_t ox = 0; ox < g.output[1]; ++ox) {
+        const AxisWindow& c = cols_[static_cast<size_t>(ox)];
+        if (kx >= c.first && kx < c.last) {
+          first = std::min(first, ox);
+          last = ox + 1;
+        }
+      }
+      tapColumns_.push_back({std::min(first, last), last});
+    }
+  }
 
   Status run(const ExecutionContext& context) const override {
     const float* x = context.data<float>(*inputs[0]);
     float* y = context.data<float>(*outputs[0]);
-    const int64_t inH = g_.input[0], inW = g_.input[1];
-    const int64_t outH = g_.output[0], outW = g_.output[1];
-    const int64_t dilH = g_.dilations[0], dilW = g_.dilations[1];
-    for (int64_t plane = 0; plane < planes_; ++plane) {
-      const float* in = x + plane * inH * inW;
-      float* out = y + plane * outH * outW;
-      for (int64_t oy = 0; oy < outH; ++oy) {
-        const AxisWindow& r = rows_[static_cast<size_t>(oy)];
-        for (int64_t ox = 0; ox < outW; ++ox) {
-          const AxisWindow& c = cols_[static_cast<size_t>(ox)];
-          if (max_) {
-            // A window wholly in padding yields -inf, as the reference kernel's does.
-            float best = -std::numeric_limits<float>::infinity();
-            bool first = true;
-            for (int64_t ky = r.first; ky < r.last; ++ky) {
-              const float* row = in + (r.start + ky * dilH) * inW + c.start;
-              for (int64_t kx = c.first; kx < c.last; ++kx) {
-                const float v = row[kx * dilW];
-                // NaN loses to any number but a window of NaNs stays NaN (the reference rule).
-                if (first || v > best || (std::isnan(best) && !std::isnan(v))) best = v;
-                first = false;
-              }
-            }
-            out[oy * outW + ox] = best;
-          } else {
-            float sum = 0.0f;
-            for (int64_t ky = r.first; ky < r.last; ++ky) {
-              const float* row = in + (r.start + ky * dilH) * inW + c.start;
-              for (int64_t kx = c.first; kx < c.last; ++kx) sum += row[kx * dilW];
-            }
-            const int64_t count =
-                countIncludePad_ ? r.padded * c.padded : (r.last - r.first) * (c.last - c.first);
-            out[oy * outW + ox] = sum / static_cast<float>(count);
-          }
-        }
-      }
-    }
+    const int64_t planeIn = g_.input[0] * g_.input[1], planeOut = g_.output[0] * g_.output[1];
+    const int64_t planeWork = std::max<int64_t>(1, planeOut * g_.kernel[0] * g_.kernel[1]);
+    context.pool().parallelFor(planes_, std::max<int64_t>(1, kGrainWork / planeWork),
+                               [&](int64_t begin, int64_t end) {
+                                 for (int64_t plane = begin; plane < end; ++plane) {
+                                   runPlane(x + plane * planeIn, y + plane * planeOut);
+                                 }
+                               });
     return Status::ok();
   }
 
  private:
+  struct Columns {
+    int64_t first, last;
+  };
+
+  void runPlane(const float* in, float* out) const {
+    const int64_t inW = g_.input[1], outW = g_.output[1];
+    const int64_t strideW = g_.strides[1], dilH = g_.dilations[0], dilW = g_.dilations[1];
+    const int64_t padLeft = g_.padsBegin[1];
+    // NaN seeds the max: any number beats it and NaN taps keep it, so a window of NaNs stays
+    // NaN while NaN loses to any number (the reference rule).
+    const float seed = max_ ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+    for (int64_t oy = 0; oy < g_.output[0]; ++oy) {
+      const AxisWindow& r = rows_[static_cast<size_t>(oy)];
+      float* __restrict o = out + oy * outW;
+      std::fill(o, o + outW, seed);
+      for (int64_t ky = r.first; ky < r.last; ++ky) {
+        const float* __restrict row = in + (r.start + ky * dilH) * inW;
+        for (int64_t kx = 0; kx < g_.kernel[1]; ++kx) {
+          const Columns cols = tapColumns_[static_cast<size_t>(kx)];
+          const int64_t offset = kx * dilW - padLeft;
+          if (max_) {
+            for (int64_t ox = cols.first; ox < cols.last; ++ox) {
+              const float v = row[ox * strideW + offset];
+              o[ox] = v > o[ox] || o[ox] != o[ox] ? v : o[ox];
+            }
+          } else {
+            for (int64_t ox = cols.first; ox < cols.last; ++ox) o[ox] += row[ox * strideW + offset];
+          }
+        }
+      }
+      for (int64_t ox = 0; ox < outW; ++ox) {
+        const AxisWindow& c = cols_[static_cast<size_t>(ox)];
+        if (max_) {
+          // A window wholly in padding yields -inf, as the reference kernel's does.
+          if (r.first == r.last || c.first == c.last)
+            o[ox] = -std::numeric_limits<float>::infinity();
+        } else {
+          const int64_t count =
+              countIncludePad_ ? r.padded * c.padded : (r.last - r.first) * (c.last - c.first);
+          o[ox] /= static_cast<float>(count);
+        }
+      }
+    }
+  }
+
   ir::WindowGeometry g_;
   int64_t planes_;
   bool max_, countIncludePad_;
   std::vector<AxisWindow> rows_, cols_;
+  std::vector<Columns> tapColumns_;  // per kernel column
 };
 
 class GlobalPoolStep : public Step {
@@ -119,19 +167,22 @@ class GlobalPoolStep : public Step {
   Status run(const ExecutionContext& context) const override {
     const float* x = context.data<float>(*inputs[0]);
     float* y = context.data<float>(*outputs[0]);
-    for (int64_t plane = 0; plane < planes_; ++plane) {
-      const float* in = x + plane * planeSize_;
-      if (max_) {
-        float best = -std::numeric_limits<float>::infinity();
-        for (int64_t i = 0; i < planeSize_; ++i) best = std::max(best, in[i]);
-        y[plane] = best;
-      } else {
-        // Double accumulation: large planes would otherwise lose low bits of the mean.
-        double sum = 0.0;
-        for (int64_t i = 0; i < planeSize_; ++i) sum += in[i];
-        y[plane] = static_cast<float>(sum / static_cast<double>(planeSize_));
-      }
-    }
+    context.pool().parallelFor(
+        planes_, std::max<int64_t>(1, kGrainWork / planeSize_), [&](int64_t begin, int64_t end) {
+          for (int64_t plane = begin; plane < end; ++plane) {
+            const float* in = x + plane * planeSize_;
+            if (max_) {
+              float best = -std::numeric_limits<float>::infinity();
+              for (int64_t i = 0; i < planeSize_; ++i) best = std::max(best, in[i]);
+              y[plane] = best;
+            } else {
+              // Double accumulation: large planes would otherwise lose low bits of the mean.
+              double sum = 0.0;
+              for (int64_t i = 0; i < planeSize_; ++i) sum += in[i];
+              y[plane] = static_cast<float>(sum / static_cast<double>(planeSize_));
+            }
+          }
+        });
     return Status::ok();
   }
 
@@ -140,9 +191,164 @@ class GlobalPoolStep : public Step {
   bool max_;
 };
 
+// kiln.NhwcMaxPool / NhwcAveragePool on [N, H, W, C]: per output pixel, the window's taps are
+// whole channel rows, reduced element by element into the output's channel row.
+class NhwcWindowPoolStep : public Step {
+ public:
+  NhwcWindowPoolStep(const ir::WindowGeometry& g, int64_t batch, int64_t channels, bool max,
+                     bool countIncludePad)
+      : g_(g),
+        batch_(batch),
+        channels_(channels),
+        max_(max),
+        countIncludePad_(countIncludePad),
+        rows_(axisWindows(g, 0)),
+        cols_(axisWindows(g, 1)) {}
+
+  Status run(const ExecutionContext& context) const override {
+    const float* x = context.data<float>(*inputs[0]);
+    float* y = context.data<float>(*outputs[0]);
+    const int64_t rowWork =
+        std::max<int64_t>(1, g_.output[1] * channels_ * g_.kernel[0] * g_.kernel[1]);
+    context.pool().parallelFor(batch_ * g_.output[0], std::max<int64_t>(1, kGrainWork / rowWork),
+                               [&](int64_t begin, int64_t end) {
+                                 for (int64_t row = begin; row < end; ++row) runRow(x, y, row);
+                               });
+    return Status::ok();
+  }
+
+ private:
+  void runRow(const float* x, float* y, int64_t row) const {
+    const int64_t inH = g_.input[0], inW = g_.input[1], outH = g_.output[0], outW = g_.output[1];
+    const int64_t dilH = g_.dilations[0], dilW = g_.dilations[1], c = channels_;
+    const int64_t n = row / outH;
+    const AxisWindow& r = rows_[static_cast<size_t>(row % outH)];
+    for (int64_t ox = 0; ox < outW; ++ox) {
+      const AxisWindow& w = cols_[static_cast<size_t>(ox)];
+      float* __restrict out = y + (row * outW + ox) * c;
+      if (max_) {
+        // A window wholly in padding yields -inf, as the reference kernel's does.
+        std::fill(out, out + c, -std::numeric_limits<float>::infinity());
+      } else {
+        std::fill(out, out + c, 0.0f);
+      }
+      bool first = true;
+      for (int64_t ky = r.first; ky < r.last; ++ky) {
+        const int64_t iy = r.start + ky * dilH;
+        for (int64_t kx = w.first; kx < w.last; ++kx) {
+          const float* __restrict in = x + ((n * inH + iy) * inW + w.start + kx * dilW) * c;
+          if (max_ && first) {
+            std::memcpy(out, in, sizeof(float) * c);
+          } else if (max_) {
+            // NaN loses to any number but a window of NaNs stays NaN (the reference rule).
+            for (int64_t i = 0; i < c; ++i) {
+              out[i] = in[i] > out[i] || out[i] != out[i] ? in[i] : out[i];
+            }
+          } else {
+            for (int64_t i = 0; i < c; ++i) out[i] += in[i];
+          }
+          first = false;
+        }
+      }
+      if (!max_) {
+        const int64_t count =
+            countIncludePad_ ? r.padded * w.padded : (r.last - r.first) * (w.last - w.first);
+        const float divisor = static_cast<float>(count);
+        for (int64_t i = 0; i < c; ++i) out[i] /= divisor;
+      }
+    }
+  }
+
+  ir::WindowGeometry g_;
+  int64_t batch_, channels_;
+  bool max_, countIncludePad_;
+  std::vector<AxisWindow> rows_, cols_;
+};
+
+// kiln.NhwcGlobalAveragePool / NhwcGlobalMaxPool on [N, H, W, C]: blocks of channels of one image
+// are reduced over every pixel, the block's accumulators staying in L1.
+class NhwcGlobalPoolStep : public Step {
+ public:
+  NhwcGlobalPoolStep(int64_t batch, int64_t pixels, int64_t channels, bool max)
+      : batch_(batch), pixels_(pixels), channels_(channels), max_(max) {}
+
+  Status run(const ExecutionContext& context) const override {
+    const float* x = context.data<float>(*inputs[0]);
+    float* y = context.data<float>(*outputs[0]);
+    const int64_t blocks = (channels_ + kBlock - 1) / kBlock;
+    const int64_t blockWork = std::max<int64_t>(1, pixels_ * std::min(kBlock, channels_));
+    context.pool().parallelFor(batch_ * blocks, std::max<int64_t>(1, kGrainWork / blockWork),
+                               [&](int64_t begin, int64_t end) {
+                                 for (int64_t task = begin; task < end; ++task) {
+                                   runBlock(x, y, task / blocks, task % blocks * kBlock);
+                                 }
+                               });
+    return Status::ok();
+  }
+
+ private:
+  static constexpr int64_t kBlock = 64;
+
+  void runBlock(const float* x, float* y, int64_t n, int64_t first) const {
+    const int64_t width = std::min(kBlock, channels_ - first);
+    const float* in = x + n * pixels_ * channels_ + first;
+    float* out = y + n * channels_ + first;
+    if (max_) {
+      float best[kBlock];
+      std::fill(best, best + width, -std::numeric_limits<float>::infinity());
+      for (int64_t p = 0; p < pixels_; ++p) {
+        const float* row = in + p * channels_;
+        for (int64_t i = 0; i < width; ++i) best[i] = std::max(best[i], row[i]);
+      }
+      std::copy(best, best + width, out);
+      return;
+    }
+    // Double accumulation, as the NCHW kernel: large planes would otherwise lose low bits.
+    double sum[kBlock] = {};
+    for (int64_t p = 0; p < pixels_; ++p) {
+      const float* row = in + p * channels_;
+      for (int64_t i = 0; i < width; ++i) sum[i] += row[i];
+    }
+    for (int64_t i = 0; i < width; ++i) {
+      out[i] = static_cast<float>(sum[i] / static_cast<double>(pixels_));
+    }
+  }
+
+  int64_t batch_, pixels_, channels_;
+  bool max_;
+};
+
+std::unique_ptr<Step> makeNhwcPoolStep(const ir::Node& node) {
+  const std::string& op = node.opType;
+  const bool global = op == "NhwcGlobalAveragePool" || op == "NhwcGlobalMaxPool";
+  if (!global && op != "NhwcMaxPool" && op != "NhwcAveragePool") return nullptr;
+  const ir::Value* x = node.inputs.empty() ? nullptr : node.inputs[0];
+  if (!x || x->dtype != ir::DType::kFloat32 || x->shape.rank() != 4) return nullptr;
+  const ir::Shape& s = x->shape;
+  std::unique_ptr<Step> step;
+  if (global) {
+    if (s[1] * s[2] == 0) return nullptr;  // as for NCHW: the reference kernel's business
+    step = std::make_unique<NhwcGlobalPoolStep>(s[0], s[1] * s[2], s[3], op == "NhwcGlobalMaxPool");
+  } else {
+    auto geometry = ir::resolvePoolGeometry(node, ir::Shape{s[0], s[3], s[1], s[2]});
+    auto countIncludePad = node.getInt("count_include_pad", 0);
+    if (!geometry.isOk() || !countIncludePad.isOk() || geometry->spatialRank() != 2) {
+      return nullptr;
+    }
+    step = std::make_unique<NhwcWindowPoolStep>(*geometry, s[0], s[3], op == "NhwcMaxPool",
+                                                *countIncludePad != 0);
+  }
+  step->tactic = global ? "nhwc.global_pool" : "nhwc.window_pool";
+  step->layout = "nhwc";
+  return step;
+}
+
 }  // namespace
 
 std::unique_ptr<Step> makePoolStep(const ir::Node& node, const knobs::Route& route) {
+  if (node.domain == ir::kKilnDomain) {
+    return route.value(kPoolImpl, &node) == "fast" ? makeNhwcPoolStep(node) : nullptr;
+  }
   if (!node.domain.empty()) return nullptr;
   const bool global = node.opType == "GlobalAveragePool" || node.opType == "GlobalMaxPool";
   if (!global && node.opType != "MaxPool" && node.opType != "AveragePool") return nullptr;

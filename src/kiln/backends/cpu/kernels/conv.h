@@ -1,0 +1,122 @@
+// What the float32 convolution kernels share across layouts (conv.cc: NCHW Conv and FusedConv;
+// conv_nhwc.cc: kiln.NhwcConv): the geometry a step runs with, how its GEMM work splits into
+// tasks for the plan's threads, per-chunk scratch, and the bias + epilogue of one output block.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/backends/cpu/kernels/epilogue.h"
+#include "kiln/backends/cpu/kernels/sgemm.h"
+#include "kiln/backends/cpu/plan.h"
+
+// The hot loops of the direct kernels are compiled for AVX-512, AVX2 and the baseline, and the
+// best one the CPU supports is picked when the library loads (GCC's function multiversioning):
+// the build itself targets baseline x86-64.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define KILN_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define KILN_VECTOR_CLONES
+#endif
+
+namespace kiln::cpu {
+
+// A 2-D convolution's extents, whatever the layout its tensors are stored in.
+struct ConvShape {
+  int64_t batch, channels, height, width;    // input
+  int64_t outChannels, outHeight, outWidth;  // output
+  int64_t kernelH, kernelW, strideH, strideW, dilationH, dilationW, padTop, padLeft;
+  int64_t group;
+
+  int64_t groupChannels() const { return channels / group; }
+  int64_t groupOutChannels() const { return outChannels / group; }
+  int64_t pixels() const { return outHeight * outWidth; }                // per image
+  int64_t patch() const { return groupChannels() * kernelH * kernelW; }  // GEMM depth
+  // 1x1, stride 1, unpadded (at either end): the input already is the GEMM's operand, no
+  // im2col copy needed.
+  bool pointwise() const {
+    return kernelH == 1 && kernelW == 1 && strideH == 1 && strideW == 1 && padTop == 0 &&
+           padLeft == 0 && outHeight == height && outWidth == width;
+  }
+  bool depthwise() const { return group == channels && group > 1; }
+
+  // The shape of a Conv/FusedConv (NCHW input, [M, C/group, kH, kW] weights) or of a
+  // kiln.NhwcConv (NHWC input, [kH, kW, C/group, M] weights); nullopt for anything but a 4-D
+  // float32 convolution with valid attributes.
+  static std::optional<ConvShape> fromNode(const ir::Node& node, bool nhwc);
+};
+
+enum class ConvAlgo { kIm2col, kDirect, kPointwise };
+
+// cpu.conv.algo and cpu.conv.im2col_tile resolved for one node.
+struct ConvChoice {
+  ConvAlgo algo = ConvAlgo::kIm2col;
+  int64_t maxTile = 0;  // output pixels per im2col/pointwise task; 0: the whole image
+  GemmSource source = GemmSource::kBlas;
+};
+
+// How a GEMM-based convolution's work splits: `count` tasks, each `tile` output pixels of one of
+// `images` independent GEMM problems (an image and group). With `parallel`, tasks run on the
+// pool's threads at once, each GEMM single-threaded on its own scratch; otherwise one at a time,
+// each GEMM (and copy) spread over the pool.
+struct ConvTasks {
+  int64_t tile = 0;
+  int64_t tilesPerImage = 0;
+  int64_t count = 0;
+  bool parallel = false;
+
+  // `maxTile` 0 keeps whole images (parallel only across images); otherwise tiles of at most
+  // maxTile pixels, smaller when that is what it takes to give every thread a task (but not
+  // below a size a GEMM still runs well on).
+  static ConvTasks plan(int64_t pixels, int64_t images, int64_t maxTile, int threads);
+};
+
+// Scratch for the chunks of one parallelFor: each call of the chunk function takes a buffer of
+// its own. prepare() runs before the parallelFor, on the calling thread.
+class ChunkScratch {
+ public:
+  void prepare(int64_t chunks, int64_t floats);
+  float* take() { return buffers_[static_cast<size_t>(next_.fetch_add(1))].data(); }
+
+ private:
+  std::vector<std::vector<float>> buffers_;
+  std::atomic<int64_t> next_{0};
+};
+
+// A pool of one thread, for GEMMs that run inside a parallelFor chunk (parallelFor is not
+// reentrant, and the chunks already occupy every thread).
+ThreadPool& inlinePool();
+
+// While alive, OpenBLAS runs every call on its caller's thread: the conv's own tasks already
+// occupy the plan's threads, and OpenBLAS's threads would only compete with them. A no-op for
+// kiln's own GEMM, which takes its threads from the pool it is given.
+class SingleThreadedBlas {
+ public:
+  explicit SingleThreadedBlas(GemmSource source);
+  ~SingleThreadedBlas();
+  SingleThreadedBlas(const SingleThreadedBlas&) = delete;
+  SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
+
+ private:
+  int restore_ = 0;  // OpenBLAS's thread count before; 0 when nothing was changed
+};
+
+// Adds the bias (bias[r] along row r with `biasPerRow`, as NCHW channels; else bias[i] along
+// each row, as NHWC channels; none if null), then the epilogue (the residual at the same
+// offsets, the activation), to `rows` rows of `length` floats, `rowStride` apart. Kernels call it
+// on each block of output right after computing it, while the block is in cache.
+void finishRows(float* out, const float* residual, int64_t rows, int64_t length, int64_t rowStride,
+                const float* bias, bool biasPerRow, const Epilogue& epilogue);
+
+// The tactic a choice names: "direct", or "im2col+<source>" / "pointwise+<source>" (source
+// "blas" or "native") with ".tile<N>" when tasks are at most N output pixels.
+std::string convTactic(const ConvChoice& choice);
+
+// kiln.NhwcConv's CPU step (conv_nhwc.cc), with the algorithm already chosen.
+std::unique_ptr<Step> makeNhwcConvStep(const ConvShape& shape, const ConvChoice& choice,
+                                       const Epilogue& epilogue);
+
+}  // namespace kiln::cpu

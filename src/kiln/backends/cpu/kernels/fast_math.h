@@ -1,0 +1,85 @@
+// exp and tanh for the float32 elementwise kernels (eltwise, fused_eltwise, softmax, layernorm),
+// written as plain arithmetic so that a loop calling them vectorises (a libm call per element
+// keeps a loop scalar). Both are within a few float ulps of the correctly rounded result over the
+// whole float range, with IEEE behaviour at the edges (overflow to inf, underflow to 0, NaN in
+// NaN out).
+//
+// Those files start, before their includes, with
+//
+//   #pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math", "no-math-errno")
+//
+// kiln builds at -O2, where GCC 12 vectorises only loops whose trip count it knows, so they ask
+// for the dynamic cost model; without FP traps and errno (kiln reads neither) selects and sqrt
+// vectorise too. Values are unchanged (no reassociation, no contraction). The pragma comes
+// before the includes because GCC does not inline a function compiled with other options (the
+// inline functions of the headers included after it get the same ones).
+//
+// Their hottest loops are also compiled for AVX-512 and AVX2 besides the baseline (SSE2), the
+// version chosen when the program loads by what the CPU has (GCC's target_clones): mark a free
+// function with KILN_ELTWISE_CLONES. The versions compute the same bits: the lanes a loop keeps
+// are the same whatever the vector width, and nothing is contracted into FMAs.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define KILN_ELTWISE_CLONES [[gnu::target_clones("avx512f", "avx2", "default")]]
+#else
+#define KILN_ELTWISE_CLONES
+#endif
+
+namespace kiln::cpu {
+
+// e^x: x = n ln2 + r with |r| <= ln2 / 2 (ln2 split in two parts so n ln2 is exact enough), e^r
+// by its Taylor series to r^7 (truncation below 1e-8 relative on that interval), then 2^n
+// applied through the exponent bits, in two halves so that n down to -149 (subnormal results)
+// and up to 128 do not overflow the exponent field.
+inline float fastExp(float x) {
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kLn2Hi = 0.693145751953125f;  // ln 2 rounded to 16 bits: n * kLn2Hi is exact
+  constexpr float kLn2Lo = 1.42860682030941723e-6f;
+  // Beyond these bounds the result is inf or 0; clamping keeps n in range (NaN passes through
+  // both comparisons unchanged).
+  const float clamped = x > 88.8f ? 88.8f : (x < -104.0f ? -104.0f : x);
+  // Round to nearest by adding and subtracting 1.5 * 2^23.
+  const float shifter = 12582912.0f;
+  const float n = (clamped * kLog2e + shifter) - shifter;
+  const float r = (clamped - n * kLn2Hi) - n * kLn2Lo;
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  // 2^n as 2^(n/2) * 2^(n - n/2): each factor's exponent stays within float's normal range.
+  const auto ni = static_cast<int32_t>(n);
+  const int32_t half = ni / 2;
+  const float scaleA = std::bit_cast<float>((half + 127) << 23);
+  const float scaleB = std::bit_cast<float>((ni - half + 127) << 23);
+  const float result = p * scaleA * scaleB;
+  return x != x ? x : result;
+}
+
+// 1 / (1 + e^-x); saturates to 0 and 1 as the exact function does in float.
+inline float fastSigmoid(float x) { return 1.0f / (1.0f + fastExp(-x)); }
+
+// tanh x: an odd Taylor polynomial near 0, where 1 - 2 / (e^2x + 1) would cancel; that form
+// elsewhere (it saturates to +-1 for large |x|).
+inline float fastTanh(float x) {
+  const float ax = x < 0.0f ? -x : x;
+  const float x2 = x * x;
+  // x - x^3/3 + 2x^5/15 - 17x^7/315 + 62x^9/2835: below 2e-8 relative for |x| < 0.25.
+  float p = 62.0f / 2835.0f;
+  p = p * x2 - 17.0f / 315.0f;
+  p = p * x2 + 2.0f / 15.0f;
+  p = p * x2 - 1.0f / 3.0f;
+  const float small = x + x * x2 * p;
+  const float large = 1.0f - 2.0f / (fastExp(2.0f * ax) + 1.0f);
+  const float signedLarge = x < 0.0f ? -large : large;
+  return ax < 0.25f ? small : (x != x ? x : signedLarge);
+}
+
+}  // namespace kiln::cpu

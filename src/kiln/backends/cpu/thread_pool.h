@@ -1,0 +1,61 @@
+// The CPU backend's worker threads. A plan owns one pool (cpu.threads workers, the calling
+// thread among them) and hands it to every step through the ExecutionContext; a kernel splits
+// its work with parallelFor. Workers sleep on a condition variable between calls, so an idle
+// plan costs nothing.
+//
+//   context.pool().parallelFor(rows, /*grain=*/16, [&](int64_t begin, int64_t end) {
+//     for (int64_t r = begin; r < end; ++r) normalizeRow(r);
+//   });
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace kiln::cpu {
+
+class ThreadPool {
+ public:
+  // `threads` >= 1 counts the caller: a pool of 1 starts no worker and runs everything inline.
+  explicit ThreadPool(int threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Calls fn(begin, end) over disjoint ranges covering [0, count), each at least `grain` long
+  // (except the last), on up to size() threads; returns when all have run. Ranges are contiguous
+  // and, for a given count, grain and pool size, always the same: results do not depend on
+  // scheduling. Not reentrant: a kernel must not call parallelFor from inside fn.
+  void parallelFor(int64_t count, int64_t grain,
+                   const std::function<void(int64_t, int64_t)>& fn);
+
+  // The number of chunks parallelFor(count, grain) splits into; kernels that keep per-chunk
+  // scratch size it with this.
+  int64_t chunkCount(int64_t count, int64_t grain) const;
+
+ private:
+  void workerLoop();
+  void runChunks();
+
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable done_;
+  uint64_t generation_ = 0;  // bumped per parallelFor call (under mutex_)
+  bool stopping_ = false;
+  int busyWorkers_ = 0;  // workers still inside the current call (under mutex_)
+
+  // The current call (written before generation_ is bumped, read by workers after).
+  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
+  int64_t count_ = 0;
+  int64_t chunks_ = 0;
+  std::atomic<int64_t> nextChunk_{0};
+};
+
+}  // namespace kiln::cpu

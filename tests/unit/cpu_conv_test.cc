@@ -1,0 +1,418 @@
+// The CPU backend's convolution and NHWC kernels against the reference executor: every
+// cpu.conv.algo value, in NCHW and (through the layout pass) NHWC, on 1, 2 and 3 threads and two
+// tile sizes, over strides, dilations, asymmetric pads, groups, depthwise, 1x1, batch 2 and odd
+// sizes; FusedConv with residual and activation; NHWC pools; and how conv work splits into tasks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+
+#include "kiln/backends/cpu/kernels/conv.h"
+#include "kiln/engine/builder.h"
+#include "kiln/ir/op_schema.h"
+#include "kiln/ir/shape_inference.h"
+#include "kiln/knobs/knob.h"
+#include "kiln/reference/executor.h"
+// After op_schema.h, which it needs.
+#include "../knobs/graph_sketch.h"
+
+namespace kiln::testing {
+namespace {
+
+using cpu::ConvTasks;
+using cpu::Step;
+using ir::Attribute;
+using ir::Shape;
+using ir::Tensor;
+using Attributes = std::map<std::string, Attribute>;
+using GraphFactory = std::function<ir::Graph()>;
+
+Attribute ints(std::vector<int64_t> v) { return {std::move(v)}; }
+Attribute intAttr(int64_t v) { return {v}; }
+
+std::vector<Tensor> randomInputs(const ir::Graph& graph, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<Tensor> inputs;
+  for (const ir::Value* input : graph.inputs) {
+    Tensor tensor(ir::DType::kFloat32, input->shape);
+    for (float& v : tensor.mutableData<float>()) v = uniform(rng);
+    inputs.push_back(std::move(tensor));
+  }
+  return inputs;
+}
+
+std::vector<Tensor> runReference(const GraphFactory& make, const std::vector<Tensor>& inputs) {
+  ir::Graph graph = make();
+  const Status inferred = ir::inferShapes(graph, nullptr);
+  EXPECT_TRUE(inferred.isOk()) << inferred.toString();
+  if (!inferred.isOk()) return {};
+  auto executor = reference::ReferenceExecutor::create(graph);
+  EXPECT_TRUE(executor.isOk()) << executor.status().toString();
+  if (!executor.isOk()) return {};
+  auto outputs = executor->run(inputs);
+  EXPECT_TRUE(outputs.isOk()) << outputs.status().toString();
+  return outputs.isOk() ? *outputs : std::vector<Tensor>{};
+}
+
+struct CpuRun {
+  std::map<std::string, const Step*> steps;  // by node name
+  std::vector<std::string> layouts;
+  std::vector<Tensor> outputs;
+  std::optional<CpuBuild> build;
+
+  const Step* step(const std::string& name) const {
+    auto it = steps.find(name);
+    return it == steps.end() ? nullptr : it->second;
+  }
+};
+
+CpuRun runCpu(const GraphFactory& make, const std::string& route,
+              const std::vector<Tensor>& inputs) {
+  CpuRun run;
+  BuilderConfig config;
+  Status routed = config.setBuildRoute(route);
+  EXPECT_TRUE(routed.isOk()) << routed.toString();
+  auto build = buildCpu(make(), config);
+  EXPECT_TRUE(build.isOk()) << build.status().toString();
+  if (!build.isOk()) return run;
+  run.build.emplace(std::move(*build));
+  for (const auto& step : run.build->plan.steps()) {
+    run.steps[step->node->name] = step.get();
+    run.layouts.push_back(step->layout);
+  }
+  auto outputs = run.build->plan.run(inputs);
+  EXPECT_TRUE(outputs.isOk()) << outputs.status().toString();
+  if (outputs.isOk()) run.outputs = std::move(*outputs);
+  return run;
+}
+
+void expectClose(const std::vector<Tensor>& actual, const std::vector<Tensor>& expected) {
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t o = 0; o < expected.size(); ++o) {
+    ASSERT_EQ(actual[o].shape(), expected[o].shape());
+    for (int64_t i = 0; i < expected[o].elementCount(); ++i) {
+      const double e = expected[o].elementAsDouble(i), a = actual[o].elementAsDouble(i);
+      ASSERT_NEAR(a, e, 1e-4 + 1e-4 * std::fabs(e)) << "output " << o << " element " << i;
+    }
+  }
+}
+
+struct ConvCase {
+  const char* name;
+  Shape x, w;
+  Attributes attributes;
+  bool bias = false;
+};
+
+void PrintTo(const ConvCase& c, std::ostream* out) { *out << c.name; }
+
+// Odd sizes throughout, so tiles, rows and channel blocks end part-way.
+const std::vector<ConvCase>& convCases() {
+  static const std::vector<ConvCase> cases = {
+      {"3x3_same", {1, 3, 7, 9}, {5, 3, 3, 3}, {{"pads", ints({1, 1, 1, 1})}}, true},
+      {"stride2_asymmetric_pads",
+       {1, 4, 9, 8},
+       {6, 4, 3, 3},
+       {{"strides", ints({2, 2})}, {"pads", ints({0, 1, 2, 1})}}},
+      {"dilation2",
+       {1, 2, 11, 10},
+       {3, 2, 3, 3},
+       {{"dilations", ints({2, 2})}, {"pads", ints({2, 2, 2, 2})}}},
+      {"mixed_strides_dilations_3x2_batch2",
+       {2, 3, 8, 7},
+       {4, 3, 3, 2},
+       {{"strides", ints({2, 1})}, {"dilations", ints({1, 2})}, {"pads", ints({1, 0, 0, 1})}},
+       true},
+      {"group2", {1, 4, 6, 6}, {6, 2, 3, 3}, {{"group", intAttr(2)}, {"pads", ints({1, 1, 1, 1})}}},
+      {"depthwise_stride2_batch2",
+       {2, 5, 9, 7},
+       {5, 1, 3, 3},
+       {{"group", intAttr(5)}, {"pads", ints({1, 1, 1, 1})}, {"strides", ints({2, 2})}},
+       true},
+      {"depthwise_multiplier2", {1, 3, 6, 6}, {6, 1, 3, 3}, {{"group", intAttr(3)}}},
+      {"depthwise_1x1", {1, 4, 5, 5}, {4, 1, 1, 1}, {{"group", intAttr(4)}}, true},
+      {"pointwise_batch2", {2, 7, 5, 3}, {9, 7, 1, 1}, {}, true},
+      {"1x1_stride2", {1, 4, 7, 7}, {3, 4, 1, 1}, {{"strides", ints({2, 2})}}},
+      {"1x1_padded", {1, 3, 4, 5}, {2, 3, 1, 1}, {{"pads", ints({1, 0, 0, 1})}}},
+      {"1x1_end_padded", {1, 3, 4, 5}, {2, 3, 1, 1}, {{"pads", ints({0, 0, 1, 2})}}, true},
+      {"pointwise_group2", {1, 6, 4, 5}, {4, 3, 1, 1}, {{"group", intAttr(2)}}},
+      {"large_tiled", {1, 3, 40, 37}, {4, 3, 3, 3}, {{"pads", ints({1, 1, 1, 1})}}, true},
+      {"5x5_batch2", {2, 3, 17, 19}, {8, 3, 5, 5}, {{"pads", ints({2, 2, 2, 2})}}, true},
+      {"auto_pad_same_upper",
+       {1, 2, 6, 5},
+       {3, 2, 3, 3},
+       {{"auto_pad", Attribute{std::string("SAME_UPPER")}}, {"strides", ints({2, 2})}}},
+  };
+  return cases;
+}
+
+GraphFactory convGraph(const ConvCase& c) {
+  return [c] {
+    GraphSketch g;
+    std::vector<std::string> inputs = {g.input("x", c.x), g.weight("w", c.w)};
+    if (c.bias) inputs.push_back(g.weight("b", Shape{c.w[0]}));
+    g.output(g.node("Conv", inputs, c.attributes, "conv"));
+    return g.take();
+  };
+}
+
+class ConvAlgorithms : public ::testing::TestWithParam<ConvCase> {};
+
+TEST_P(ConvAlgorithms, EveryAlgoLayoutThreadCountAndTileMatchesReference) {
+  const ConvCase& c = GetParam();
+  const GraphFactory make = convGraph(c);
+  const std::vector<Tensor> inputs = randomInputs(make(), 11);
+  const std::vector<Tensor> expected = runReference(make, inputs);
+  for (const char* layout : {"nchw", "nhwc"}) {
+    for (const char* algo : {"auto", "im2col", "direct", "pointwise"}) {
+      for (int threads : {1, 2, 3}) {
+        for (const char* tile : {"0", "256"}) {
+          const std::string route = fmt::format(
+              "-graph.layout={} -cpu.conv.algo={} -cpu.threads={} -cpu.conv.im2col_tile={}", layout,
+              algo, threads, tile);
+          SCOPED_TRACE(route);
+          const CpuRun run = runCpu(make, route, inputs);
+          const Step* step = run.step("conv");
+          ASSERT_NE(step, nullptr);
+          EXPECT_EQ(step->layout, layout);
+          EXPECT_NE(step->tactic, "reference");
+          expectClose(run.outputs, expected);
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ConvAlgorithms, ::testing::ValuesIn(convCases()),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// "im2col+<source>.tile1024" and the like name the default GEMM source.
+std::string gemm(const std::string& algo, const std::string& tile = ".tile1024") {
+  const knobs::KnobSpec* source = knobs::KnobRegistry::global().find("cpu.gemm.source");
+  return algo + "+" + (source ? source->defaultValue : "?") + tile;
+}
+
+std::string tacticOf(const ConvCase& c, const std::string& route) {
+  const GraphFactory make = convGraph(c);
+  const CpuRun run = runCpu(make, route, randomInputs(make(), 3));
+  const Step* step = run.step("conv");
+  return step ? step->tactic : "";
+}
+
+const ConvCase& caseNamed(const std::string& name) {
+  for (const ConvCase& c : convCases()) {
+    if (name == c.name) return c;
+  }
+  ADD_FAILURE() << name;
+  return convCases()[0];
+}
+
+TEST(ConvTactics, AutoPicksDirectForDepthwisePointwiseFor1x1AndIm2colOtherwise) {
+  EXPECT_EQ(tacticOf(caseNamed("depthwise_stride2_batch2"), ""), "direct");
+  EXPECT_EQ(tacticOf(caseNamed("pointwise_batch2"), ""), gemm("pointwise"));
+  EXPECT_EQ(tacticOf(caseNamed("1x1_stride2"), ""), gemm("im2col"));
+  // Padding at the end makes the output larger than the input: not the input's own GEMM.
+  EXPECT_EQ(tacticOf(caseNamed("1x1_end_padded"), ""), gemm("im2col"));
+  EXPECT_EQ(tacticOf(caseNamed("3x3_same"), ""), gemm("im2col"));
+  EXPECT_EQ(tacticOf(caseNamed("3x3_same"), "-cpu.conv.im2col_tile=0"), gemm("im2col", ""));
+}
+
+TEST(ConvTactics, PointwiseFallsBackToAutoWhereItDoesNotApply) {
+  EXPECT_EQ(tacticOf(caseNamed("3x3_same"), "-cpu.conv.algo=pointwise"), gemm("im2col"));
+  EXPECT_EQ(tacticOf(caseNamed("depthwise_stride2_batch2"), "-cpu.conv.algo=pointwise"), "direct");
+  EXPECT_EQ(tacticOf(caseNamed("depthwise_1x1"), "-cpu.conv.algo=pointwise"), gemm("pointwise"));
+  EXPECT_EQ(tacticOf(caseNamed("pointwise_batch2"), "-cpu.conv.algo=im2col"), gemm("im2col"));
+}
+
+TEST(ConvTactics, NhwcTacticsNameTheLayout) {
+  EXPECT_EQ(tacticOf(caseNamed("depthwise_stride2_batch2"), "-graph.layout=nhwc"),
+            "nhwc.depthwise");
+  EXPECT_EQ(tacticOf(caseNamed("depthwise_multiplier2"), "-graph.layout=nhwc"), "nhwc.direct");
+  EXPECT_EQ(tacticOf(caseNamed("pointwise_batch2"), "-graph.layout=nhwc"),
+            "nhwc." + gemm("pointwise"));
+  EXPECT_EQ(tacticOf(caseNamed("5x5_batch2"), "-graph.layout=nhwc -cpu.conv.im2col_tile=4096"),
+            "nhwc." + gemm("im2col", ".tile4096"));
+  EXPECT_EQ(tacticOf(caseNamed("5x5_batch2"), "-graph.layout=nhwc -cpu.conv.algo=reference"),
+            "reference");
+}
+
+// Conv + residual Add + activation fuse into FusedConv; its epilogue must match the chain's.
+struct FusedCase {
+  const char* activation;
+  Attributes attributes;  // of the activation node
+  bool viaClipInputs = false;
+};
+
+GraphFactory fusedGraph(const FusedCase& f, const Shape& x, const Shape& w, Attributes conv) {
+  return [f, x, w, conv] {
+    GraphSketch g;
+    auto in = g.input("x", x);
+    auto skip = g.input("skip", Shape{x[0], w[0], x[2], x[3]});
+    auto c = g.node("Conv", {in, g.weight("w", w), g.weight("b", Shape{w[0]})}, conv, "conv");
+    auto sum = g.node("Add", {c, skip}, {}, "residual");
+    std::vector<std::string> actInputs = {sum};
+    if (f.viaClipInputs) {
+      actInputs.push_back(g.constant("lo", Tensor::scalar<float>(-0.25f)));
+      actInputs.push_back(g.constant("hi", Tensor::scalar<float>(0.5f)));
+    }
+    g.output(g.node(f.activation, actInputs, f.attributes, "act"));
+    return g.take();
+  };
+}
+
+TEST(FusedConv, ResidualAndActivationMatchReferenceInBothLayouts) {
+  const std::vector<FusedCase> activations = {
+      {"Relu", {}},       {"LeakyRelu", {{"alpha", Attribute{0.3f}}}},
+      {"HardSwish", {}},  {"Sigmoid", {}},
+      {"Clip", {}, true},
+  };
+  struct Geometry {
+    Shape x, w;
+    Attributes conv;
+  };
+  const std::vector<Geometry> geometries = {
+      {{1, 3, 9, 11}, {4, 3, 3, 3}, {{"pads", ints({1, 1, 1, 1})}}},
+      {{2, 6, 5, 7}, {6, 6, 1, 1}, {}},
+      {{1, 6, 7, 5}, {6, 1, 3, 3}, {{"pads", ints({1, 1, 1, 1})}, {"group", intAttr(6)}}},
+  };
+  for (const FusedCase& f : activations) {
+    for (const Geometry& geometry : geometries) {
+      const GraphFactory make = fusedGraph(f, geometry.x, geometry.w, geometry.conv);
+      const std::vector<Tensor> inputs = randomInputs(make(), 5);
+      const std::vector<Tensor> expected = runReference(make, inputs);
+      for (const char* layout : {"nchw", "nhwc"}) {
+        for (const char* algo : {"auto", "im2col", "direct"}) {
+          for (int threads : {1, 3}) {
+            const std::string route = fmt::format(
+                "-graph.layout={} -cpu.conv.algo={} -cpu.threads={} -cpu.conv.im2col_tile=256",
+                layout, algo, threads);
+            SCOPED_TRACE(std::string(f.activation) + " x" + geometry.x.toString() + " " + route);
+            const CpuRun run = runCpu(make, route, inputs);
+            ASSERT_EQ(run.steps.count("residual"), 0u) << "the residual Add was not fused";
+            ASSERT_EQ(run.steps.count("act"), 0u) << "the activation was not fused";
+            ASSERT_NE(run.step("conv"), nullptr);
+            EXPECT_EQ(run.step("conv")->node->opType,
+                      std::string(layout) == "nhwc" ? "NhwcConv" : "FusedConv");
+            expectClose(run.outputs, expected);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Pools in NHWC (through the layout pass) against the reference, over threads.
+TEST(NhwcPools, MatchReference) {
+  struct PoolCase {
+    const char* op;
+    Shape x;
+    Attributes attributes;
+  };
+  const std::vector<PoolCase> cases = {
+      {"MaxPool",
+       {1, 5, 9, 7},
+       {{"kernel_shape", ints({3, 3})}, {"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}}},
+      {"MaxPool",
+       {2, 3, 8, 8},
+       {{"kernel_shape", ints({2, 3})},
+        {"dilations", ints({2, 1})},
+        {"ceil_mode", intAttr(1)},
+        {"strides", ints({2, 2})}}},
+      {"AveragePool",
+       {1, 7, 6, 9},
+       {{"kernel_shape", ints({3, 2})},
+        {"pads", ints({1, 0, 1, 1})},
+        {"count_include_pad", intAttr(1)}}},
+      {"AveragePool",
+       {2, 4, 7, 7},
+       {{"kernel_shape", ints({3, 3})}, {"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}}},
+      {"GlobalAveragePool", {2, 70, 5, 3}, {}},
+      {"GlobalMaxPool", {1, 65, 4, 4}, {}},
+  };
+  for (const PoolCase& c : cases) {
+    const GraphFactory make = [c] {
+      GraphSketch g;
+      g.output(g.node(c.op, {g.input("x", c.x)}, c.attributes, "pool"));
+      return g.take();
+    };
+    const std::vector<Tensor> inputs = randomInputs(make(), 9);
+    const std::vector<Tensor> expected = runReference(make, inputs);
+    for (int threads : {1, 2, 3}) {
+      for (const char* layout : {"nchw", "nhwc"}) {
+        const std::string route = fmt::format("-graph.layout={} -cpu.threads={}", layout, threads);
+        SCOPED_TRACE(std::string(c.op) + " " + c.x.toString() + " " + route);
+        const CpuRun run = runCpu(make, route, inputs);
+        ASSERT_NE(run.step("pool"), nullptr);
+        EXPECT_EQ(run.step("pool")->layout, layout);
+        EXPECT_NE(run.step("pool")->tactic, "reference");
+        expectClose(run.outputs, expected);
+      }
+    }
+  }
+}
+
+// Windows wholly in the padding give -inf, as the reference's do; NaN windows stay NaN.
+TEST(NhwcPools, MaxPoolKeepsTheReferenceRulesForPaddingAndNaN) {
+  const GraphFactory make = [] {
+    GraphSketch g;
+    g.output(g.node("MaxPool", {g.input("x", {1, 2, 2, 2})},
+                    {{"kernel_shape", ints({2, 2})}, {"pads", ints({2, 2, 0, 0})}}, "pool"));
+    return g.take();
+  };
+  const float nan = std::nanf("");
+  const std::vector<Tensor> inputs = {
+      Tensor::fromVector<float>({1, 2, 2, 2}, {nan, nan, nan, nan, 1.0f, nan, -2.0f, nan})};
+  const std::vector<Tensor> expected = runReference(make, inputs);
+  const CpuRun run = runCpu(make, "-graph.layout=nhwc", inputs);
+  ASSERT_EQ(run.outputs.size(), 1u);
+  ASSERT_EQ(run.outputs[0].shape(), expected[0].shape());
+  for (int64_t i = 0; i < expected[0].elementCount(); ++i) {
+    const double e = expected[0].elementAsDouble(i), a = run.outputs[0].elementAsDouble(i);
+    if (std::isnan(e)) {
+      EXPECT_TRUE(std::isnan(a)) << i;
+    } else {
+      EXPECT_EQ(a, e) << i;
+    }
+  }
+}
+
+TEST(ConvTasksPlan, TilesShrinkToGiveEveryThreadATaskButNotBelowTheMinimum) {
+  // One thread: tiles of the knob's size, run one after another.
+  ConvTasks t = ConvTasks::plan(4096, 1, 1024, 1);
+  EXPECT_EQ(t.tile, 1024);
+  EXPECT_EQ(t.count, 4);
+  EXPECT_FALSE(t.parallel);
+  // Eight threads, one image: 8 tiles of 512.
+  t = ConvTasks::plan(4096, 1, 1024, 8);
+  EXPECT_EQ(t.tile, 512);
+  EXPECT_EQ(t.count, 8);
+  EXPECT_TRUE(t.parallel);
+  // 3 threads over 1000 pixels: ceil(1000 / 3) rounded up to 8.
+  t = ConvTasks::plan(1000, 1, 1024, 3);
+  EXPECT_EQ(t.tile, 336);
+  EXPECT_EQ(t.count, 3);
+  EXPECT_TRUE(t.parallel);
+  // A 7x7 image is one task: below 64 pixels a tile is not worth splitting.
+  t = ConvTasks::plan(49, 1, 1024, 4);
+  EXPECT_EQ(t.tile, 49);
+  EXPECT_EQ(t.count, 1);
+  EXPECT_FALSE(t.parallel);
+  // 0: whole images; parallel only across images (batch x group).
+  t = ConvTasks::plan(3136, 1, 0, 4);
+  EXPECT_EQ(t.tile, 3136);
+  EXPECT_FALSE(t.parallel);
+  t = ConvTasks::plan(100, 8, 0, 4);
+  EXPECT_EQ(t.count, 8);
+  EXPECT_TRUE(t.parallel);
+  // Enough images already: tiles keep the knob's size.
+  t = ConvTasks::plan(2000, 4, 256, 4);
+  EXPECT_EQ(t.tile, 256);
+  EXPECT_EQ(t.tilesPerImage, 8);
+  EXPECT_EQ(t.count, 32);
+  EXPECT_EQ(ConvTasks::plan(0, 1, 256, 2).count, 0);
+}
+
+}  // namespace
+}  // namespace kiln::testing
