@@ -3,6 +3,8 @@
 // values.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "graph_sketch.h"
 #include "kiln/knobs/knob.h"
 #include "knob_effects.h"
@@ -125,6 +127,36 @@ KILN_KNOB_EFFECT({
           // which the CPU backend aliases without a step.
           EXPECT_EQ(changed.layersOf("Transpose").size(), 1u) << changed.summary();
           EXPECT_EQ(changed.layers.size(), base.layers.size() + 1) << changed.summary();
+        },
+});
+
+KILN_KNOB_EFFECT({
+    .knob = "cpu.conv.precision",
+    .value = "bf16",
+    .shows = "a dense 3x3 Conv's GEMM reads bfloat16 operands: the layer says bf16 and the outputs "
+             "move by about bfloat16's rounding (K = 36, operands within 2)",
+    .graph =
+        [] {
+          GraphSketch g;
+          g.output(g.node("Conv", {g.input("x", {1, 4, 10, 10}), g.weight("w", {8, 4, 3, 3})},
+                          {{"pads", ints({1, 1, 1, 1})}}, "conv"));
+          return g.take();
+        },
+    .tolerance = 2e-2,
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.layer("conv").precision, "fp32");
+          EXPECT_EQ(changed.layer("conv").precision, "bf16");
+          EXPECT_TRUE(changed.layer("conv").tactic.starts_with("im2col+native"))
+              << changed.layer("conv").tactic;
+          // Rounded operands must show in the outputs, or the knob did not reach the kernel.
+          double largest = 0;
+          const ir::Tensor& a = base.outputs[0];
+          const ir::Tensor& b = changed.outputs[0];
+          for (int64_t i = 0; i < a.elementCount(); ++i) {
+            largest = std::max(largest, std::fabs(a.elementAsDouble(i) - b.elementAsDouble(i)));
+          }
+          EXPECT_GT(largest, 1e-4);
         },
 });
 

@@ -21,7 +21,8 @@ KILN_KNOB_EFFECT({
         },
     .expect =
         [](const BuildSnapshot& base, const BuildSnapshot& changed) {
-          EXPECT_EQ(base.threads, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+          EXPECT_EQ(base.threads,
+                    static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
           EXPECT_EQ(changed.threads, 3);
         },
     .skipReason =
@@ -196,23 +197,27 @@ ir::Graph oneNode(const std::string& op, ir::Shape shape,
 }
 
 const int kImplEffects[] = {
-    registerKnobEffect(implEffect(
-        {"cpu.pool.impl", "MaxPool", "fast.window_pool",
-         [] {
-           return oneNode("MaxPool", {1, 3, 8, 8},
-                          {{"kernel_shape", ints({2, 2})}, {"strides", ints({2, 2})}});
-         }})),
-    registerKnobEffect(implEffect(
-        {"cpu.softmax.impl", "Softmax", "fast.softmax_rows", [] { return oneNode("Softmax", {4, 33}); }})),
-    registerKnobEffect(implEffect({"cpu.layernorm.impl", "LayerNormalization", "fast.layernorm_rows",
+    registerKnobEffect(implEffect({"cpu.pool.impl", "MaxPool", "fast.window_pool",
                                    [] {
-                                     return oneNode("LayerNormalization", {4, 16},
-                                                    {{"axis", ir::Attribute{int64_t{-1}}}},
-                                                    {"scale", "bias"});
+                                     return oneNode("MaxPool", {1, 3, 8, 8},
+                                                    {{"kernel_shape", ints({2, 2})},
+                                                     {"strides", ints({2, 2})}});
                                    }})),
-    registerKnobEffect(implEffect(
-        {"cpu.transpose.impl", "Transpose", "fast.transpose_tiled",
-         [] { return oneNode("Transpose", {2, 3, 5}, {{"perm", ints({2, 0, 1})}}); }})),
+    registerKnobEffect(implEffect({"cpu.softmax.impl", "Softmax", "fast.softmax_rows",
+                                   [] {
+                                     return oneNode("Softmax", {4, 33});
+                                   }})),
+    registerKnobEffect(
+        implEffect({"cpu.layernorm.impl", "LayerNormalization", "fast.layernorm_rows",
+                    [] {
+                      return oneNode("LayerNormalization", {4, 16},
+                                     {{"axis", ir::Attribute{int64_t{-1}}}}, {"scale", "bias"});
+                    }})),
+    registerKnobEffect(
+        implEffect({"cpu.transpose.impl", "Transpose", "fast.transpose_tiled",
+                    [] {
+                      return oneNode("Transpose", {2, 3, 5}, {{"perm", ints({2, 0, 1})}});
+                    }})),
     registerKnobEffect(implEffect(
         {"cpu.eltwise.impl", "Sigmoid", "fast.unary", [] { return oneNode("Sigmoid", {40}); }})),
 };

@@ -34,9 +34,9 @@ KILN_KNOB_EFFECT({
 
 ir::Graph convRelu() {
   GraphSketch g;
-  auto conv = g.node("Conv",
-                     {g.input("x", {1, 4, 8, 8}), g.weight("w", {6, 4, 3, 3}), g.weight("b", {6})},
-                     kSame3x3, "conv");
+  auto conv =
+      g.node("Conv", {g.input("x", {1, 4, 8, 8}), g.weight("w", {6, 4, 3, 3}), g.weight("b", {6})},
+             kSame3x3, "conv");
   g.output(g.node("Relu", {conv}, {}, "relu"));
   return g.take();
 }

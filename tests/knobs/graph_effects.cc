@@ -90,8 +90,8 @@ KILN_KNOB_EFFECT({
     .graph =
         [] {
           GraphSketch g;
-          auto t1 = g.node("Transpose", {g.input("x", {2, 3, 4})}, {{"perm", ints({0, 2, 1})}},
-                           "t1");
+          auto t1 =
+              g.node("Transpose", {g.input("x", {2, 3, 4})}, {{"perm", ints({0, 2, 1})}}, "t1");
           auto t2 = g.node("Transpose", {t1}, {{"perm", ints({0, 2, 1})}}, "t2");
           g.output(g.node("Relu", {t2}, {}, "relu"));
           return g.take();

@@ -49,8 +49,8 @@ struct KnobEffect {
   std::string value;  // the value this case sets
   std::string shows;  // what the case shows, one line
   std::function<ir::Graph()> graph;
-  std::string baseRoute;     // applied to both builds (to isolate the knob's effect)
-  double tolerance = 1e-4;   // relative, on the outputs
+  std::string baseRoute;    // applied to both builds (to isolate the knob's effect)
+  double tolerance = 1e-4;  // relative, on the outputs
   std::function<void(const BuildSnapshot& base, const BuildSnapshot& changed)> expect;
   // Optional: a reason to skip on this machine (empty: run). Evaluated at test time.
   std::function<std::string()> skipReason;
@@ -64,6 +64,6 @@ const std::vector<KnobEffect>& knobEffects();
 #define KILN_KNOB_EFFECT_CONCAT2(a, b) a##b
 #define KILN_KNOB_EFFECT_CONCAT(a, b) KILN_KNOB_EFFECT_CONCAT2(a, b)
 // KILN_KNOB_EFFECT({.knob = ..., .value = ..., .shows = ..., .graph = ..., .expect = ...});
-#define KILN_KNOB_EFFECT(...)                                                            \
+#define KILN_KNOB_EFFECT(...)                                                        \
   [[maybe_unused]] static const int KILN_KNOB_EFFECT_CONCAT(kKnobEffect, __LINE__) = \
       ::kiln::testing::registerKnobEffect(::kiln::testing::KnobEffect __VA_ARGS__)

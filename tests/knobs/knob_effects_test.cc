@@ -7,9 +7,9 @@
 #include <random>
 #include <set>
 
+#include "kiln/base/file.h"
 #include "kiln/engine/builder.h"
 #include "kiln/ir/printer.h"
-#include "kiln/base/file.h"
 #include "kiln/knobs/knob.h"
 #include "kiln/knobs/listing.h"
 
@@ -45,8 +45,8 @@ const BuildSnapshot::Layer& BuildSnapshot::layer(const std::string& name) const 
 }
 
 std::string BuildSnapshot::summary() const {
-  std::string text = "threads " + std::to_string(threads) + ", arena " +
-                     std::to_string(arenaBytes) + " bytes\n";
+  std::string text =
+      "threads " + std::to_string(threads) + ", arena " + std::to_string(arenaBytes) + " bytes\n";
   for (const Layer& l : layers) {
     text += "  " + l.name + ": " + l.op + " [" + l.tactic + ", " + l.layout + ", " + l.precision +
             "]\n";
@@ -80,8 +80,8 @@ Result<BuildSnapshot> snapshot(const KnobEffect& effect, const std::string& rout
   shot.ir = ir::printGraph(build.plan.graph());
   for (const auto& step : build.plan.steps()) {
     const ir::Node& node = *step->node;
-    shot.layers.push_back({node.name, node.domain.empty() ? node.opType
-                                                          : node.domain + "." + node.opType,
+    shot.layers.push_back({node.name,
+                           node.domain.empty() ? node.opType : node.domain + "." + node.opType,
                            step->tactic, step->layout, step->precision});
   }
   shot.arenaBytes = build.plan.arenaBytes();
@@ -135,8 +135,8 @@ TEST_P(KnobEffectTest, ChangesTheBuildAsStated) {
   if (effect.expect) effect.expect(*base, *changed);
 }
 
-INSTANTIATE_TEST_SUITE_P(All, KnobEffectTest,
-                         ::testing::Range<size_t>(0, knobEffects().size()), testName);
+INSTANTIATE_TEST_SUITE_P(All, KnobEffectTest, ::testing::Range<size_t>(0, knobEffects().size()),
+                         testName);
 
 // The bar of the knob system: a knob nobody shows the effect of is not done.
 TEST(KnobEffects, EveryKnobValueHasAnEffectCase) {

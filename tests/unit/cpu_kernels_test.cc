@@ -284,8 +284,8 @@ TEST(CpuEltwiseKernels, ReduceMeanOverLastAxisMatchesReference) {
   expectFastMatchesReference("cpu.eltwise.impl", "fast.reduce_mean_rows", "ReduceMean",
                              {runtime(x)}, {{"axes", intsAttr({2})}}, 13, 1, noReduce);
   expectFastMatchesReference("cpu.eltwise.impl", "", "ReduceMean",
-                             {runtime(x), constant(Tensor::fromVector<int64_t>(Shape{1}, {1}))},
-                             {}, 18, 1, noReduce);
+                             {runtime(x), constant(Tensor::fromVector<int64_t>(Shape{1}, {1}))}, {},
+                             18, 1, noReduce);
 }
 
 }  // namespace

@@ -62,10 +62,11 @@ std::string knobMarkdown(const KnobRegistry& registry) {
           "|---|---|---|---|---|---|\n",
           area);
     }
-    text += fmt::format("| `{}` | {} | {} | {} | {} | {}{} |\n", name, spec.allowedText(),
-                        spec.defaultValue, spec.perNode ? "per node" : "global",
-                        spec.backends.empty() ? "all" : fmt::format("{}", fmt::join(spec.backends, ", ")),
-                        spec.help, spec.changesNumerics ? " (changes numerics)" : "");
+    text += fmt::format(
+        "| `{}` | {} | {} | {} | {} | {}{} |\n", name, spec.allowedText(), spec.defaultValue,
+        spec.perNode ? "per node" : "global",
+        spec.backends.empty() ? "all" : fmt::format("{}", fmt::join(spec.backends, ", ")),
+        spec.help, spec.changesNumerics ? " (changes numerics)" : "");
   }
   return text;
 }

@@ -26,7 +26,7 @@ struct PassContext {
 using PassFn = Status (*)(ir::Graph& graph, PassContext& context);
 
 struct PassInfo {
-  const char* name;           // "fold_constants": what --dump-ir-after names
+  const char* name;  // "fold_constants": what --dump-ir-after names
   // The bool knob that turns it on or off; null for a pass that always runs and reads its own
   // (non-bool) knobs to decide what to change, like layout_nhwc with graph.layout.
   const knobs::Knob* enable;

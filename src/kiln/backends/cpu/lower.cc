@@ -84,8 +84,7 @@ bool isAlias(const ir::Node& node, const knobs::Route& route) {
 // writing element i of the output and touches no other element of either, which holds for the
 // elementwise kernels below (they take no __restrict pointers). -1: none.
 int inPlaceInput(const Step& step) {
-  static const std::set<std::string> kElementwiseTactics = {"fast.unary",
-                                                            "fast.binary_broadcast"};
+  static const std::set<std::string> kElementwiseTactics = {"fast.unary", "fast.binary_broadcast"};
   if (!kElementwiseTactics.count(step.tactic)) return -1;
   const ir::Value* output = step.node->outputs[0];
   for (size_t i = 0; i < step.node->inputs.size(); ++i) {

@@ -32,8 +32,7 @@ class ThreadPool {
   // (except the last), on up to size() threads; returns when all have run. Ranges are contiguous
   // and, for a given count, grain and pool size, always the same: results do not depend on
   // scheduling. Not reentrant: a kernel must not call parallelFor from inside fn.
-  void parallelFor(int64_t count, int64_t grain,
-                   const std::function<void(int64_t, int64_t)>& fn);
+  void parallelFor(int64_t count, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
   // The number of chunks parallelFor(count, grain) splits into; kernels that keep per-chunk
   // scratch size it with this.

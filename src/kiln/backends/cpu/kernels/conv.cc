@@ -29,6 +29,19 @@
 
 namespace kiln::cpu {
 
+const knobs::Knob kConvPrecision = knobs::declareKnob({
+    .name = "cpu.conv.precision",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"fp32", "bf16"},
+    .defaultValue = "fp32",
+    .help = "precision of the GEMM inside im2col and pointwise convolutions: float32, or bfloat16 "
+            "operands with float32 accumulation (the native GEMM; AVX512_BF16 where the CPU has "
+            "it)",
+    .backends = {"cpu"},
+    .perNode = true,
+    .changesNumerics = true,
+});
+
 const knobs::Knob kConvAlgo = knobs::declareKnob({
     .name = "cpu.conv.algo",
     .kind = knobs::KnobKind::kEnum,
@@ -202,7 +215,7 @@ class ConvStep : public Step {
     }
     const int64_t yOffset = (n * s.outChannels + g * mg) * pixels + first;
     float* c = o.y + yOffset;
-    sgemm(choice_.source,
+    sgemm(choice_.gemm(),
           GemmArgs{.m = mg,
                    .n = length,
                    .k = s.patch(),
@@ -405,7 +418,7 @@ void finishRows(float* out, const float* residual, int64_t rows, int64_t length,
 std::string convTactic(const ConvChoice& choice) {
   if (choice.algo == ConvAlgo::kDirect) return "direct";
   std::string tactic = choice.algo == ConvAlgo::kIm2col ? "im2col+" : "pointwise+";
-  tactic += choice.source == GemmSource::kNative ? "native" : "blas";
+  tactic += choice.gemm().native() ? "native" : "blas";
   if (choice.maxTile > 0) tactic += ".tile" + std::to_string(choice.maxTile);
   return tactic;
 }
@@ -423,11 +436,21 @@ std::unique_ptr<Step> makeConvStep(const ir::Node& node, const knobs::Route& rou
   if (algo == "reference") return nullptr;
   const std::optional<ConvShape> shape = ConvShape::fromNode(node, nhwc);
   if (!shape) return nullptr;
-  const ConvChoice choice{chooseAlgo(algo, *shape), route.intValue(kIm2colTile, &node),
-                          gemmSourceFor(node, route)};
-  if (nhwc) return makeNhwcConvStep(*shape, choice, *epilogue);
-  auto step = std::make_unique<ConvStep>(*shape, choice, *epilogue);
-  step->tactic = convTactic(choice);
+  const ConvChoice choice{
+      chooseAlgo(algo, *shape), route.intValue(kIm2colTile, &node), gemmSourceFor(node, route),
+      route.value(kConvPrecision, &node) == "bf16" ? GemmPrecision::kBf16 : GemmPrecision::kFp32};
+  std::unique_ptr<Step> step;
+  if (nhwc) {
+    step = makeNhwcConvStep(*shape, choice, *epilogue);
+  } else {
+    step = std::make_unique<ConvStep>(*shape, choice, *epilogue);
+    step->tactic = convTactic(choice);
+  }
+  // The direct kernels compute in float32 whatever the knob says.
+  if (choice.precision == GemmPrecision::kBf16 &&
+      step->tactic.find("direct") == std::string::npos && step->tactic != "nhwc.depthwise") {
+    step->precision = "bf16";
+  }
   return step;
 }
 

@@ -51,11 +51,15 @@ struct ConvShape {
 
 enum class ConvAlgo { kIm2col, kDirect, kPointwise };
 
-// cpu.conv.algo and cpu.conv.im2col_tile resolved for one node.
+// cpu.conv.algo, cpu.conv.im2col_tile, cpu.conv.precision and the GEMM source resolved for one
+// node.
 struct ConvChoice {
   ConvAlgo algo = ConvAlgo::kIm2col;
   int64_t maxTile = 0;  // output pixels per im2col/pointwise task; 0: the whole image
   GemmSource source = GemmSource::kBlas;
+  GemmPrecision precision = GemmPrecision::kFp32;  // cpu.conv.precision (GEMM-based algos only)
+
+  GemmOptions gemm() const { return {.source = source, .precision = precision}; }
 };
 
 // How a GEMM-based convolution's work splits: `count` tasks, each `tile` output pixels of one of

@@ -193,7 +193,7 @@ class NhwcConvStep : public Step {
         a = columns;
         lda = s.patch();
       }
-      sgemm(choice_.source,
+      sgemm(choice_.gemm(),
             GemmArgs{.m = length,
                      .n = mg,
                      .k = s.patch(),

@@ -6,18 +6,21 @@
 //
 // Those files start, before their includes, with
 //
-//   #pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math", "no-math-errno")
+//   #pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math", "no-math-errno",
+//                        "fp-contract=off")
 //
 // kiln builds at -O2, where GCC 12 vectorises only loops whose trip count it knows, so they ask
 // for the dynamic cost model; without FP traps and errno (kiln reads neither) selects and sqrt
-// vectorise too. Values are unchanged (no reassociation, no contraction). The pragma comes
-// before the includes because GCC does not inline a function compiled with other options (the
-// inline functions of the headers included after it get the same ones).
+// vectorise too. No reassociation, and no contraction into FMAs (which GCC does by default in
+// C++ wherever the target has FMA), so every element gets the same arithmetic whichever version
+// and whichever part of a loop (vector body or remainder) computes it. The pragma comes before
+// the includes because GCC does not inline a function compiled with other options (the inline
+// functions of the headers included after it get the same ones).
 //
 // Their hottest loops are also compiled for AVX-512 and AVX2 besides the baseline (SSE2), the
 // version chosen when the program loads by what the CPU has (GCC's target_clones): mark a free
 // function with KILN_ELTWISE_CLONES. The versions compute the same bits: the lanes a loop keeps
-// are the same whatever the vector width, and nothing is contracted into FMAs.
+// are the same whatever the vector width, and nothing is contracted.
 #pragma once
 
 #include <bit>

@@ -7,7 +7,8 @@
 // the plan's threads.
 // Loops written for the vectoriser (see fast_math.h); before the includes on purpose.
 #if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math", "no-math-errno")
+#pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math", "no-math-errno", \
+                     "fp-contract=off")
 #endif
 
 #include <algorithm>
