@@ -1,4 +1,5 @@
-// `kiln knobs [--backend cpu] [--json | --markdown]`: every knob with its allowed values, default and help.
+// `kiln knobs [--backend cpu] [--json | --markdown]`: every knob with its allowed values, default
+// and help.
 #include <cstdio>
 
 #include "kiln/cli/commands.h"

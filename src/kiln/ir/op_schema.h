@@ -114,10 +114,10 @@ void registerNeuralSchemas(OpRegistry& registry);
 void registerReductionSchemas(OpRegistry& registry);
 void registerShapeSchemas(OpRegistry& registry);
 void registerIndexingSchemas(OpRegistry& registry);
-void registerFusedSchemas(OpRegistry& registry);  // kiln's own ops, made by fusion passes
+void registerFusedSchemas(OpRegistry& registry);   // kiln's own ops, made by fusion passes
 void registerLayoutSchemas(OpRegistry& registry);  // kiln's NHWC ops, made by the layout pass
 void registerFusedElementwiseSchemas(OpRegistry& registry);  // kiln.FusedElementwise
-void registerAttentionSchemas(OpRegistry& registry);  // kiln.Attention (ops/attention.h)
+void registerAttentionSchemas(OpRegistry& registry);         // kiln.Attention (ops/attention.h)
 
 // numpy-style multidirectional broadcasting of two shapes, or an error naming both.
 Result<Shape> broadcastShapes(const Shape& a, const Shape& b);

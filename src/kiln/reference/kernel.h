@@ -71,9 +71,9 @@ void registerNeuralKernels(KernelRegistry& registry);
 void registerReductionKernels(KernelRegistry& registry);
 void registerShapeKernels(KernelRegistry& registry);
 void registerIndexingKernels(KernelRegistry& registry);
-void registerFusedKernels(KernelRegistry& registry);  // kiln's own ops
-void registerLayoutKernels(KernelRegistry& registry);  // kiln's NHWC ops (layout pass)
+void registerFusedKernels(KernelRegistry& registry);             // kiln's own ops
+void registerLayoutKernels(KernelRegistry& registry);            // kiln's NHWC ops (layout pass)
 void registerFusedElementwiseKernels(KernelRegistry& registry);  // kiln.FusedElementwise
-void registerAttentionKernels(KernelRegistry& registry);  // kiln.Attention
+void registerAttentionKernels(KernelRegistry& registry);         // kiln.Attention
 
 }  // namespace kiln::reference

@@ -4,6 +4,7 @@
 // plain contiguous (or scalar-operand) loops the compiler vectorises. Each kernel splits its
 // elements (or rows) over the plan's threads in chunks large enough to be worth a thread's
 // wake-up, so small tensors stay on the calling thread.
+
 // Loops written for the vectoriser (see fast_math.h); before the includes on purpose.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math", "no-math-errno", \

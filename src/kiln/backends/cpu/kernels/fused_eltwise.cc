@@ -5,6 +5,7 @@
 // where they are scalars, and otherwise copied per block along the same merged broadcast walk
 // eltwise.cc uses (whose inner axis reads each input with stride 0 or 1). Blocks are split over
 // the plan's threads.
+
 // Loops written for the vectoriser (see fast_math.h); before the includes on purpose.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math", "no-math-errno", \
@@ -226,6 +227,8 @@ const float* gather(const InputPlan& plan, const float* base, int64_t begin, int
   return buffer;
 }
 
+// Its loops take __restrict pointers: the output must not share memory with an input, so this
+// step is no candidate for writing in place (cpu.memory.in_place).
 class FusedEltwiseStep : public Step {
  public:
   FusedEltwiseStep(std::vector<Instruction> program, std::vector<InputPlan> inputPlans,

@@ -1,6 +1,7 @@
 // LayerNormalization in float32 over the trailing axes: a two-pass mean and variance per row
 // (the one-pass E[x^2] - E[x]^2 form cancels badly), then one scale-and-shift pass. Rows are
 // split over the plan's threads.
+
 // Loops written for the vectoriser (see fast_math.h); before the includes on purpose.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math", "no-math-errno", \

@@ -1,5 +1,6 @@
 // Softmax and LogSoftmax in float32 over the last axis: one contiguous row at a time, so the
 // max, exp and scale passes stream through memory; rows are split over the plan's threads.
+
 // Loops written for the vectoriser (see fast_math.h); before the includes on purpose.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math", "no-math-errno", \
