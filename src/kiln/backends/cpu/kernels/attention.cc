@@ -7,6 +7,13 @@
 // Blocks are spread over the plan's threads (each chunk of blocks with its own scratch); the
 // products inside a block run on the calling thread (BLAS set to one thread meanwhile), since
 // parallelFor does not nest. Each element's arithmetic does not depend on the split.
+
+// Loops written for the vectoriser (see fast_math.h); before the includes on purpose.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math", "no-math-errno", \
+                     "fp-contract=off")
+#endif
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -48,16 +55,14 @@ constexpr int64_t kLanes = 16;
 
 // One row of scores, in place: + mask, softmax (max-subtracted), NaN to 0 if asked. The row is
 // `width` scores in a buffer of `padded` floats (a multiple of kLanes); the padding is set to
-// -inf, whose exponential is 0, so that every loop after the mask runs over whole vectors (GCC at
-// -O2 vectorises only loops whose trip count is a multiple of the vector width). The mask's
-// column stride is 1 or 0 (a mask broadcast along the keys). The function is compiled for
-// AVX-512, AVX2+FMA and baseline x86-64, picked at load time. The row is the block's scratch, so
-// it never overlaps the mask (__restrict lets the mask Add vectorise).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#endif
-void softmaxRow(float* __restrict row, int64_t width, int64_t padded, const float* __restrict mask,
-                int64_t maskStride, bool nanToZero) {
+// -inf, whose exponential is 0, so that every loop after the mask runs over whole vectors with
+// no remainder. The mask's column stride is 1 or 0 (a mask broadcast along the keys). The row is
+// the block's scratch, so it never overlaps the mask (__restrict lets the mask Add vectorise).
+// The kLanes partial maxima and sums are the same whatever the vector width, so every version
+// (KILN_ELTWISE_CLONES) computes the same bits.
+KILN_ELTWISE_CLONES void softmaxRow(float* __restrict row, int64_t width, int64_t padded,
+                                    const float* __restrict mask, int64_t maskStride,
+                                    bool nanToZero) {
   const int64_t full = width / kLanes * kLanes;
   if (mask && maskStride == 1) {
     for (int64_t j = 0; j < full; j += kLanes) {
