@@ -20,11 +20,7 @@ using ir::Tensor;
 using Attributes = std::map<std::string, Attribute>;
 
 Tensor randomTensor(Shape shape, unsigned seed, float low = -3, float high = 3) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> uniform(low, high);
-  std::vector<float> values(static_cast<size_t>(shape.elementCount()));
-  for (float& v : values) v = uniform(rng);
-  return Tensor::fromVector<float>(std::move(shape), values);
+  return uniformTensor(std::move(shape), seed, low, high);
 }
 
 struct PlanRun {

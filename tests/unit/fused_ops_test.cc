@@ -28,11 +28,7 @@ Result<std::vector<Tensor>> runFusedOp(const std::string& opType, const std::vec
 }
 
 Tensor randomTensor(Shape shape, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> uniform(-2, 2);
-  std::vector<float> values(static_cast<size_t>(shape.elementCount()));
-  for (float& v : values) v = uniform(rng);
-  return Tensor::fromVector<float>(std::move(shape), values);
+  return uniformTensor(std::move(shape), seed, -2, 2);
 }
 
 // One unfused step: the ONNX op on runtime inputs, its only output.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,15 @@ inline Result<std::vector<ir::Tensor>> runSingleOp(
   KILN_RETURN_IF_ERROR(ir::inferShapes(graph, nullptr));
   KILN_ASSIGN_OR_RETURN(auto executor, reference::ReferenceExecutor::create(graph));
   return executor.run(runtime);
+}
+
+// A float32 tensor of values uniform in [low, high), the same for the same seed.
+inline ir::Tensor uniformTensor(ir::Shape shape, unsigned seed, float low, float high) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uniform(low, high);
+  std::vector<float> values(static_cast<size_t>(shape.elementCount()));
+  for (float& v : values) v = uniform(rng);
+  return ir::Tensor::fromVector<float>(std::move(shape), values);
 }
 
 inline ir::Attribute intAttr(int64_t v) { return {v}; }
