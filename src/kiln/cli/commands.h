@@ -7,12 +7,13 @@
 #include <string_view>
 
 #include "kiln/base/status.h"
+#include "kiln/base/version.h"
 #include "kiln/engine/builder.h"
 #include "kiln/onnx/import.h"
 
 namespace kiln::cli {
 
-inline constexpr std::string_view kVersion = "0.1.0";
+inline constexpr std::string_view kVersion = kKilnVersion;
 
 struct Command {
   CLI::App* subcommand;
@@ -23,6 +24,13 @@ Command addInspectCommand(CLI::App& app);
 Command addBuildCommand(CLI::App& app);
 Command addRunCommand(CLI::App& app);
 Command addKnobsCommand(CLI::App& app);
+Command addTuneCommand(CLI::App& app);
+Command addTrialCommand(CLI::App& app);
+Command addCacheCommand(CLI::App& app);
+
+// The command line as the user typed it (set by main), recorded in tuning caches.
+const std::string& commandLine();
+void setCommandLine(int argc, char** argv);
 
 // The flags the building commands share. --shapes becomes import options; --route and
 // --dump-ir-after a BuilderConfig that prints the IR to stdout after the named pass.

@@ -12,6 +12,10 @@ int main(int argc, char** argv) {
   commands.push_back(kiln::cli::addBuildCommand(app));
   commands.push_back(kiln::cli::addRunCommand(app));
   commands.push_back(kiln::cli::addKnobsCommand(app));
+  commands.push_back(kiln::cli::addTuneCommand(app));
+  commands.push_back(kiln::cli::addTrialCommand(app));
+  commands.push_back(kiln::cli::addCacheCommand(app));
+  kiln::cli::setCommandLine(argc, argv);
   CLI11_PARSE(app, argc, argv);
   for (const auto& command : commands) {
     if (command.subcommand->parsed()) return command.run();

@@ -18,6 +18,7 @@
 #include "kiln/cli/commands.h"
 #include "kiln/engine/builder.h"
 #include "kiln/engine/engine_file.h"
+#include "kiln/ir/inputs.h"
 #include "kiln/ir/npy.h"
 #include "kiln/ir/printer.h"
 #include "kiln/onnx/import.h"
@@ -42,46 +43,6 @@ struct RunOptions {
   std::string exportTimes;
   bool dumpProfile = false;
 };
-
-// Parses trtexec-style "name:file.npy,name2:file.npz" entries, or bare .npz files whose arrays
-// are named after the inputs.
-Result<std::map<std::string, ir::Tensor>> loadInputFiles(const std::vector<std::string>& specs) {
-  std::map<std::string, ir::Tensor> inputs;
-  for (const auto& spec : specs) {
-    std::stringstream entries(spec);
-    std::string entry;
-    while (std::getline(entries, entry, ',')) {
-      const auto colon = entry.find(':');
-      const std::string name = colon == std::string::npos ? "" : entry.substr(0, colon);
-      const std::string file = colon == std::string::npos ? entry : entry.substr(colon + 1);
-      if (name.empty() && file.size() > 4 && file.substr(file.size() - 4) == ".npy") {
-        return invalidInput("--loadInputs '{}': an .npy file needs the input name (name:{})", entry,
-                            file);
-      }
-      KILN_ASSIGN_OR_RETURN(ir::NamedTensors tensors, ir::readTensorFile(file, name));
-      for (auto& [tensorName, tensor] : tensors) {
-        // name:file.npz with one array binds that array to `name`.
-        const std::string key = !name.empty() && tensors.size() == 1 ? name : tensorName;
-        if (inputs.count(key)) return invalidInput("--loadInputs gives input '{}' twice", key);
-        inputs[key] = std::move(tensor);
-      }
-    }
-  }
-  return inputs;
-}
-
-ir::Tensor randomTensor(ir::DType dtype, const ir::Shape& shape, std::mt19937_64& rng) {
-  ir::Tensor floats(ir::DType::kFloat32, shape);
-  if (ir::isFloating(dtype)) {
-    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-    for (float& v : floats.mutableData<float>()) v = uniform(rng);
-  } else {
-    // Small non-negative integers: valid as indices, token ids and masks in most models.
-    std::uniform_int_distribution<int> uniform(0, dtype == ir::DType::kBool ? 1 : 7);
-    for (float& v : floats.mutableData<float>()) v = static_cast<float>(uniform(rng));
-  }
-  return floats.castTo(dtype);
-}
 
 void printSummary(const std::string& name, const ir::Tensor& tensor) {
   double sum = 0, lo = INFINITY, hi = -INFINITY;
@@ -168,7 +129,7 @@ int runModel(const RunOptions& options) {
   auto parsedShapes = importOptionsFromShapes(options.shapes);
   if (!parsedShapes.isOk()) return reportError(parsedShapes.status());
   onnx::ImportOptions importOptions = *parsedShapes;
-  auto given = loadInputFiles(options.loadInputs);
+  auto given = ir::loadNamedTensors(options.loadInputs, "--loadInputs");
   if (!given.isOk()) return reportError(given.status());
   // A loaded input fixes its own shape, so dynamic dimensions need no --shapes for it.
   for (const auto& [name, tensor] : *given) {
@@ -196,7 +157,7 @@ int runModel(const RunOptions& options) {
   for (const ir::Value* input : graph.inputs) {
     auto it = given->find(input->name);
     if (it == given->end()) {
-      inputs.push_back(randomTensor(input->dtype, input->shape, rng));
+      inputs.push_back(ir::seededRandomTensor(input->dtype, input->shape, rng));
       std::printf("  %s : %s%s  (random, seed %llu)\n", input->name.c_str(),
                   std::string(ir::dtypeName(input->dtype)).c_str(), input->shape.toString().c_str(),
                   static_cast<unsigned long long>(options.seed));

@@ -39,6 +39,8 @@ Result<std::vector<std::string>> parseValues(const KnobSpec& spec, const std::st
   return raw;
 }
 
+}  // namespace
+
 Route withSetting(const Route& base, const KnobAxis& axis, const std::string& value) {
   Route route = base;
   // The baseline cannot hold this axis (parseRouteExpression refuses a knob both pinned and
@@ -48,8 +50,6 @@ Route withSetting(const Route& base, const KnobAxis& axis, const std::string& va
   KILN_CHECK(status.isOk());
   return route;
 }
-
-}  // namespace
 
 std::string RouteExpression::baselineValue(const KnobAxis& axis) const {
   // Per-node axes start from the knob's global value.

@@ -39,6 +39,9 @@ struct RouteExpression {
 Result<RouteExpression> parseRouteExpression(std::string_view text,
                                              const KnobRegistry& registry = KnobRegistry::global());
 
+// `base` with the axis set to `value` (globally, or for the axis's node selector).
+Route withSetting(const Route& base, const KnobAxis& axis, const std::string& value);
+
 // The baseline, then for each axis each of its values other than the baseline's, one knob
 // changed at a time: 1 + Σ(nᵢ − 1) routes when every axis includes its baseline value.
 std::vector<Route> expandFast(const RouteExpression& expression);

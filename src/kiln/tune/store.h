@@ -1,0 +1,100 @@
+// The tuner's result store: one SQLite file (--cache tune.db) holding the run's header and one
+// row per completed trial, each committed durably before the next trial starts, so that a killed
+// run resumes (`kiln tune --continue`) without losing or repeating a finished trial.
+//
+// The file is recognisably kiln's: SQLite's application_id is 0x4B494C4E ("KILN") and its
+// user_version the schema version; a file that is not SQLite, not kiln's, of another schema
+// version, or that fails SQLite's integrity check is refused with the reason.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kiln/base/status.h"
+#include "kiln/tune/accuracy.h"
+#include "kiln/tune/timing.h"
+
+struct sqlite3;
+
+namespace kiln::tune {
+
+inline constexpr int kStoreSchemaVersion = 1;
+
+enum class TrialStatus { kOk, kCrash, kTimeout, kOom, kBuildError, kAccuracyFail };
+// "ok", "crash", "timeout", "oom", "build-error", "accuracy-fail".
+const char* trialStatusName(TrialStatus status);
+Result<TrialStatus> parseTrialStatus(const std::string& text);
+
+// One completed trial.
+struct TrialRecord {
+  int64_t iteration = 0;  // 0, 1, 2, ... in the order trials completed
+  int phase = 1;          // 1: fast/full, or mixed's first phase; 2: mixed's product
+  std::string route;      // canonical text ("" is the default route)
+  TrialStatus status = TrialStatus::kOk;
+  std::string message;                   // why it failed; empty when ok
+  std::vector<OutputAccuracy> accuracy;  // per output (empty when it never produced outputs)
+  std::optional<TrialTiming> timing;     // present when it ran (ok, accuracy-fail)
+  double buildMs = 0;
+  std::string enginePath;  // where the trial saved its engine ("" if none)
+  std::string engineHash;
+  std::string finishedAt;  // ISO 8601, UTC
+};
+
+// The result of the interleaved re-measurement of one finalist against the default route.
+struct ComparisonRecord {
+  std::string route;
+  PairedComparison comparison;
+  std::vector<double> candidateSamples, baselineSamples;  // ms, pair by pair
+};
+
+nlohmann::json toJson(const TrialRecord& record);
+Result<TrialRecord> trialFromJson(const nlohmann::json& json);
+
+class TuneStore {
+ public:
+  // Creates a new store at `path` with the header fields (key -> value, e.g. "model_hash").
+  // Refuses to overwrite an existing file.
+  static Result<TuneStore> create(const std::filesystem::path& path,
+                                  const std::map<std::string, std::string>& header);
+  // Opens an existing store, checking that it is a kiln tuning cache of this schema version and
+  // intact. Errors name the file and say what is wrong with it.
+  static Result<TuneStore> open(const std::filesystem::path& path);
+
+  TuneStore(TuneStore&&) noexcept;
+  TuneStore& operator=(TuneStore&&) noexcept;
+  ~TuneStore();
+
+  const std::filesystem::path& path() const { return path_; }
+  const std::map<std::string, std::string>& header() const { return header_; }
+  // Sets (or replaces) one header field durably, e.g. the decision once the run is finished.
+  Status setHeaderField(const std::string& key, const std::string& value);
+
+  // Every completed trial, by iteration.
+  Result<std::vector<TrialRecord>> trials() const;
+  // Appends a trial durably (committed and synced when this returns). A route recorded twice or
+  // an iteration out of order is an internal error.
+  Status addTrial(const TrialRecord& record);
+
+  Result<std::vector<ComparisonRecord>> comparisons() const;
+  // Replaces every comparison (the finalist round is redone as a whole when resumed).
+  Status setComparisons(const std::vector<ComparisonRecord>& comparisons);
+
+  // The header, every trial, then every comparison, one JSON object a line
+  // (`kiln cache export --jsonl`).
+  Result<std::string> exportJsonLines() const;
+
+ private:
+  TuneStore(std::filesystem::path path, sqlite3* db) : path_(std::move(path)), db_(db) {}
+  std::filesystem::path path_;
+  sqlite3* db_ = nullptr;
+  std::map<std::string, std::string> header_;
+};
+
+}  // namespace kiln::tune

@@ -1,0 +1,80 @@
+// Timing statistics: order-statistic confidence intervals of the median and paired comparisons.
+#include "kiln/tune/timing.h"
+
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+
+namespace kiln::tune {
+
+namespace {
+
+// P(X <= k) for X ~ Binomial(n, 1/2), summed in log space so that n in the thousands is fine.
+double binomialHalfCdf(int n, int k) {
+  if (k < 0) return 0;
+  if (k >= n) return 1;
+  double total = 0;
+  const double logHalfN = -n * std::log(2.0);
+  for (int i = 0; i <= k; ++i) {
+    total +=
+        std::exp(std::lgamma(n + 1.0) - std::lgamma(i + 1.0) - std::lgamma(n - i + 1.0) + logHalfN);
+  }
+  return std::min(total, 1.0);
+}
+
+}  // namespace
+
+std::pair<double, double> medianConfidenceInterval(const std::vector<double>& sorted,
+                                                   double confidence) {
+  const int n = static_cast<int>(sorted.size());
+  if (n == 0) return {0, 0};
+  const double alpha = 1 - confidence;
+  // The interval [x_(k), x_(n-k+1)] (1-based) misses the median with probability
+  // 2 * P(X <= k-1); take the largest k that keeps that within alpha.
+  int best = 0;
+  for (int k = 1; k <= (n + 1) / 2; ++k) {
+    if (2 * binomialHalfCdf(n, k - 1) <= alpha) {
+      best = k;
+    } else {
+      break;
+    }
+  }
+  if (best == 0) return {sorted.front(), sorted.back()};
+  return {sorted[best - 1], sorted[n - best]};
+}
+
+TrialTiming analyzeTimings(std::vector<double> samples, double confidence) {
+  TrialTiming timing;
+  timing.confidence = confidence;
+  timing.summary = summarize(samples);
+  std::vector<double> sorted = samples;
+  std::sort(sorted.begin(), sorted.end());
+  std::tie(timing.ciLow, timing.ciHigh) = medianConfidenceInterval(sorted, confidence);
+  timing.samples = std::move(samples);
+  return timing;
+}
+
+bool significantlyFaster(const TrialTiming& candidate, const TrialTiming& baseline) {
+  if (candidate.summary.count == 0 || baseline.summary.count == 0) return false;
+  return candidate.ciHigh < baseline.ciLow;
+}
+
+PairedComparison comparePaired(const std::vector<double>& candidate,
+                               const std::vector<double>& baseline, double confidence) {
+  PairedComparison result;
+  result.confidence = confidence;
+  if (candidate.size() != baseline.size() || candidate.empty()) return result;
+  std::vector<double> ratios;
+  ratios.reserve(candidate.size());
+  for (size_t i = 0; i < candidate.size(); ++i) {
+    if (baseline[i] > 0) ratios.push_back(candidate[i] / baseline[i]);
+  }
+  if (ratios.empty()) return result;
+  std::sort(ratios.begin(), ratios.end());
+  result.pairs = static_cast<int>(ratios.size());
+  result.ratioMedian = percentile(ratios, 50);
+  std::tie(result.ratioLow, result.ratioHigh) = medianConfidenceInterval(ratios, confidence);
+  return result;
+}
+
+}  // namespace kiln::tune

@@ -1,0 +1,54 @@
+// Timing statistics for the tuner: a trial's latency samples summarised with a distribution-free
+// confidence interval of the median, and the tests that decide whether one route is faster than
+// another by more than the measured noise.
+#pragma once
+
+#include <utility>
+#include <vector>
+
+#include "kiln/base/statistics.h"
+
+namespace kiln::tune {
+
+// One trial's measurement: every sample (ms, in the order measured), its summary, and the
+// confidence interval of the median.
+struct TrialTiming {
+  std::vector<double> samples;
+  TimingSummary summary;
+  double ciLow = 0, ciHigh = 0;  // of the median, at `confidence`
+  double confidence = 0.95;
+};
+
+TrialTiming analyzeTimings(std::vector<double> samples, double confidence = 0.95);
+
+// The interval [x_(l), x_(u)] between two order statistics of `sorted` that contains the
+// population median with probability at least `confidence` (the binomial / sign-test interval:
+// no assumption about the shape of the distribution). With too few samples to reach
+// `confidence`, the whole range.
+std::pair<double, double> medianConfidenceInterval(const std::vector<double>& sorted,
+                                                   double confidence);
+
+// A significant gain: the candidate's whole median interval lies below the baseline's, so the
+// difference is larger than the noise both trials measured.
+bool significantlyFaster(const TrialTiming& candidate, const TrialTiming& baseline);
+
+// Interleaved A/B measurement in one process: sample i of the candidate and of the baseline were
+// taken back to back, so their ratio cancels slow drifts of the machine (clock, load, heat).
+struct PairedComparison {
+  int pairs = 0;
+  double ratioMedian = 1;              // candidate / baseline; below 1 is faster
+  double ratioLow = 1, ratioHigh = 1;  // confidence interval of the median ratio
+  double confidence = 0.95;
+  // The whole interval of the ratio is below 1.
+  bool significantlyFaster() const { return pairs > 0 && ratioHigh < 1.0; }
+  // Speedup of the candidate over the baseline (baseline / candidate) and its interval.
+  double speedup() const { return 1.0 / ratioMedian; }
+  double speedupLow() const { return 1.0 / ratioHigh; }
+  double speedupHigh() const { return 1.0 / ratioLow; }
+};
+
+// `candidate` and `baseline` must be the same length (the pairs); an empty comparison otherwise.
+PairedComparison comparePaired(const std::vector<double>& candidate,
+                               const std::vector<double>& baseline, double confidence = 0.95);
+
+}  // namespace kiln::tune

@@ -1,0 +1,339 @@
+// Trials: the child's work (build, save, reload, run, time) and the parent's process handling
+// (fork/exec under limits, timeouts, stopping, classification inputs).
+#include "kiln/tune/trial.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <new>
+#include <thread>
+
+#include "kiln/base/file.h"
+#include "kiln/base/version.h"
+#include "kiln/engine/builder.h"
+#include "kiln/engine/engine_file.h"
+#include "kiln/ir/npy.h"
+#include "kiln/onnx/import.h"
+
+namespace kiln::tune {
+
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+FaultInjector& faultInjector() {
+  static FaultInjector injector;
+  return injector;
+}
+
+// Reads one input set (an .npz written by the tuner) in the graph's input order.
+Result<std::vector<ir::Tensor>> readInputSet(const std::filesystem::path& path,
+                                             const ir::Graph& graph) {
+  KILN_ASSIGN_OR_RETURN(ir::NamedTensors named, ir::readNpz(path));
+  std::vector<ir::Tensor> inputs;
+  for (const ir::Value* input : graph.inputs) {
+    auto it = std::find_if(named.begin(), named.end(),
+                           [&](const auto& entry) { return entry.first == input->name; });
+    if (it == named.end())
+      return invalidInput("{} has no array for input '{}'", path.string(), input->name);
+    inputs.push_back(it->second);
+  }
+  return inputs;
+}
+
+// Warm-up, then runs until both the minimum count and the minimum duration are reached.
+Result<std::vector<double>> timeRuns(const cpu::Plan& plan, const std::vector<ir::Tensor>& inputs,
+                                     const TimingSettings& timing) {
+  const auto warmUpEnd = Clock::now() + std::chrono::duration<double, std::milli>(timing.warmUpMs);
+  do {
+    KILN_RETURN_IF_ERROR(plan.run(inputs).status());
+  } while (Clock::now() < warmUpEnd);
+  std::vector<double> samples;
+  const auto start = Clock::now();
+  while (static_cast<int>(samples.size()) < timing.minIterations ||
+         Clock::now() - start < std::chrono::duration<double>(timing.minSeconds)) {
+    const auto begin = Clock::now();
+    KILN_RETURN_IF_ERROR(plan.run(inputs).status());
+    samples.push_back(std::chrono::duration<double, std::milli>(Clock::now() - begin).count());
+  }
+  return samples;
+}
+
+TimingSettings timingFromJson(const json& j) {
+  TimingSettings timing;
+  timing.warmUpMs = j.at("warmup_ms").get<double>();
+  timing.minIterations = j.at("min_iterations").get<int>();
+  timing.minSeconds = j.at("min_seconds").get<double>();
+  return timing;
+}
+
+// The "build" request: what one candidate route's trial does.
+Result<json> runBuildRequest(const json& request) {
+  json result = {{"status", "ok"}, {"message", ""}};
+  const std::filesystem::path model = request.at("model").get<std::string>();
+  const std::string routeText = request.at("route").get<std::string>();
+  const std::filesystem::path enginePath = request.at("engine").get<std::string>();
+  const std::filesystem::path outputsDir = request.at("outputs_dir").get<std::string>();
+  const TimingSettings timing = timingFromJson(request.at("timing"));
+
+  auto buildFailure = [&](const Status& status) {
+    result["status"] = "build-error";
+    result["message"] = status.message();
+    return result;
+  };
+  const auto buildStart = Clock::now();
+  onnx::ImportOptions importOptions;
+  KILN_ASSIGN_OR_RETURN(importOptions.inputShapes,
+                        onnx::parseShapeSpec(request.at("shapes").get<std::string>()));
+  KILN_ASSIGN_OR_RETURN(std::string bytes, readFileBytes(model));
+  auto imported = onnx::importModel(model, importOptions);
+  if (!imported.isOk()) return buildFailure(imported.status());
+  BuilderConfig config;
+  if (Status s = config.setBuildRoute(routeText); !s.isOk()) return buildFailure(s);
+  EngineContents contents;
+  contents.kilnVersion = std::string(kKilnVersion);
+  contents.modelHash = modelHashOf(bytes);
+  for (const ir::Value* input : imported->graph.inputs) {
+    contents.inputShapes[input->name] = input->shape.dims();
+  }
+  auto built = buildCpu(std::move(imported->graph), config);
+  if (!built.isOk()) return buildFailure(built.status());
+  contents.route = config.getBuildRoute();
+  contents.plan = &built->plan;
+  if (Status s = saveEngine(enginePath, contents); !s.isOk()) return buildFailure(s);
+  result["build_ms"] = std::chrono::duration<double, std::milli>(Clock::now() - buildStart).count();
+  if (faultInjector().afterBuild) faultInjector().afterBuild(config.route());
+
+  // What is run and timed is the engine file, as a deployment would load it.
+  auto engine = loadEngine(enginePath);
+  if (!engine.isOk()) return buildFailure(engine.status().withContext("reloading the engine"));
+  KILN_ASSIGN_OR_RETURN(std::string engineBytes, readFileBytes(enginePath));
+  result["engine_hash"] = "fnv1a64:" + knobs::stableHash(engineBytes);
+
+  const ir::Graph& graph = engine->plan.graph();
+  json outputFiles = json::array();
+  std::vector<ir::Tensor> firstInputs;
+  const json& inputSets = request.at("inputs");
+  for (size_t set = 0; set < inputSets.size(); ++set) {
+    KILN_ASSIGN_OR_RETURN(std::vector<ir::Tensor> inputs,
+                          readInputSet(inputSets[set].get<std::string>(), graph));
+    auto outputs = engine->plan.run(inputs);
+    if (!outputs.isOk()) {
+      result["status"] = "run-error";
+      result["message"] = outputs.status().message();
+      return result;
+    }
+    if (faultInjector().onOutputs) faultInjector().onOutputs(config.route(), *outputs);
+    ir::NamedTensors named;
+    for (size_t o = 0; o < outputs->size(); ++o) {
+      named.emplace_back(graph.outputs[o]->name, (*outputs)[o]);
+    }
+    const std::filesystem::path file = outputsDir / fmt::format("outputs_{}.npz", set);
+    KILN_RETURN_IF_ERROR(ir::writeNpz(file, named));
+    outputFiles.push_back(file.string());
+    if (set == 0) firstInputs = std::move(inputs);
+  }
+  result["outputs"] = outputFiles;
+  auto samples = timeRuns(engine->plan, firstInputs, timing);
+  if (!samples.isOk()) {
+    result["status"] = "run-error";
+    result["message"] = samples.status().message();
+    return result;
+  }
+  result["samples"] = *samples;
+  return result;
+}
+
+// The "interleave" request: the finalist round. One run of each engine per round, the starting
+// engine rotating, so that every engine sees the same machine state on average.
+Result<json> runInterleaveRequest(const json& request) {
+  const TimingSettings timing = timingFromJson(request.at("timing"));
+  std::vector<LoadedEngine> engines;
+  for (const json& path : request.at("engines")) {
+    auto engine = loadEngine(path.get<std::string>());
+    if (!engine.isOk()) {
+      return json{{"status", "build-error"}, {"message", engine.status().message()}};
+    }
+    engines.push_back(std::move(engine).value());
+  }
+  const std::filesystem::path inputPath = request.at("inputs").get<std::string>();
+  std::vector<std::vector<ir::Tensor>> inputs;
+  for (const LoadedEngine& engine : engines) {
+    KILN_ASSIGN_OR_RETURN(auto set, readInputSet(inputPath, engine.plan.graph()));
+    inputs.push_back(std::move(set));
+  }
+  for (size_t e = 0; e < engines.size(); ++e) {
+    TimingSettings warmUp = timing;
+    warmUp.minIterations = 0;
+    warmUp.minSeconds = 0;
+    KILN_RETURN_IF_ERROR(timeRuns(engines[e].plan, inputs[e], warmUp).status());
+  }
+  std::vector<std::vector<double>> samples(engines.size());
+  const auto start = Clock::now();
+  const size_t count = engines.size();
+  for (size_t round = 0;
+       static_cast<int>(round) < timing.minIterations ||
+       Clock::now() - start < std::chrono::duration<double>(timing.minSeconds * count);
+       ++round) {
+    for (size_t k = 0; k < count; ++k) {
+      const size_t e = (round + k) % count;
+      const auto begin = Clock::now();
+      KILN_RETURN_IF_ERROR(engines[e].plan.run(inputs[e]).status());
+      samples[e].push_back(std::chrono::duration<double, std::milli>(Clock::now() - begin).count());
+    }
+  }
+  return json{{"status", "ok"}, {"message", ""}, {"samples", samples}};
+}
+
+}  // namespace
+
+void setFaultInjector(FaultInjector injector) { faultInjector() = std::move(injector); }
+
+int runTrialRequest(const std::filesystem::path& requestPath) {
+  json request;
+  std::filesystem::path resultPath;
+  try {
+    auto text = readFileBytes(requestPath);
+    if (!text.isOk()) {
+      std::fprintf(stderr, "kiln __trial: %s\n", text.status().message().c_str());
+      return kTrialExitBadRequest;
+    }
+    request = json::parse(*text);
+    resultPath = request.at("result").get<std::string>();
+  } catch (const json::exception& e) {
+    std::fprintf(stderr, "kiln __trial: %s: %s\n", requestPath.c_str(), e.what());
+    return kTrialExitBadRequest;
+  }
+  try {
+    const std::string mode = request.at("mode").get<std::string>();
+    Result<json> result =
+        mode == "interleave" ? runInterleaveRequest(request) : runBuildRequest(request);
+    json out = result.isOk()
+                   ? *result
+                   : json{{"status", "run-error"}, {"message", result.status().message()}};
+    if (Status s = writeFileAtomically(resultPath, out.dump()); !s.isOk()) {
+      std::fprintf(stderr, "kiln __trial: %s\n", s.message().c_str());
+      return 1;
+    }
+    return 0;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "kiln __trial: out of memory\n");
+    return kTrialExitOutOfMemory;
+  } catch (const json::exception& e) {
+    std::fprintf(stderr, "kiln __trial: bad request %s: %s\n", requestPath.c_str(), e.what());
+    return kTrialExitBadRequest;
+  }
+}
+
+Result<std::filesystem::path> currentExecutable() {
+  std::error_code error;
+  auto path = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) return ioError("cannot find the running kiln binary: {}", error.message());
+  return path;
+}
+
+Result<std::string> fileHash(const std::filesystem::path& path) {
+  KILN_ASSIGN_OR_RETURN(std::string bytes, readFileBytes(path));
+  return "fnv1a64:" + knobs::stableHash(bytes);
+}
+
+namespace {
+
+std::string tailOf(const std::filesystem::path& path, size_t bytes) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return "";
+  file.seekg(0, std::ios::end);
+  const std::streamoff size = file.tellg();
+  const std::streamoff start = size > static_cast<std::streamoff>(bytes) ? size - bytes : 0;
+  file.seekg(start);
+  std::string text(static_cast<size_t>(size - start), '\0');
+  file.read(text.data(), static_cast<std::streamsize>(text.size()));
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text;
+}
+
+}  // namespace
+
+Result<ChildOutcome> runChild(const std::filesystem::path& executable,
+                              const std::vector<std::string>& arguments,
+                              const std::filesystem::path& logPath, const ChildLimits& limits,
+                              const std::atomic<bool>* stop, Clock::time_point deadline) {
+  // Everything the child needs is prepared before fork: after it, only async-signal-safe calls.
+  std::vector<std::string> argvStorage;
+  argvStorage.push_back(executable.string());
+  argvStorage.insert(argvStorage.end(), arguments.begin(), arguments.end());
+  std::vector<char*> argv;
+  for (std::string& arg : argvStorage) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  const int logFd = ::open(logPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (logFd < 0)
+    return ioError("cannot write the trial log {}: {}", logPath.string(), std::strerror(errno));
+  const pid_t parent = ::getpid();
+  std::fflush(nullptr);
+
+  const auto start = Clock::now();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(logFd);
+    return ioError("cannot start a trial process: {}", std::strerror(errno));
+  }
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);  // the tuner died before prctl took effect
+    ::dup2(logFd, STDOUT_FILENO);
+    ::dup2(logFd, STDERR_FILENO);
+    if (limits.memoryBytes > 0) {
+      const rlimit limit{limits.memoryBytes, limits.memoryBytes};
+      ::setrlimit(RLIMIT_AS, &limit);
+    }
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);  // also from here, so the group exists before any kill below
+  ::close(logFd);
+
+  ChildOutcome outcome;
+  int status = 0;
+  auto sleepFor = std::chrono::milliseconds(1);
+  while (true) {
+    const pid_t done = ::waitpid(pid, &status, WNOHANG);
+    if (done == pid) break;
+    if (done < 0 && errno != EINTR) return internalError("waitpid: {}", std::strerror(errno));
+    const auto now = Clock::now();
+    const bool timedOut = limits.timeoutSeconds > 0 &&
+                          now - start > std::chrono::duration<double>(limits.timeoutSeconds);
+    const bool stopped = (stop && stop->load()) || now > deadline;
+    if (timedOut || stopped) {
+      ::kill(-pid, SIGKILL);
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      outcome.kind = timedOut ? ChildOutcome::Kind::kTimedOut : ChildOutcome::Kind::kStopped;
+      outcome.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      outcome.logTail = tailOf(logPath, 2000);
+      return outcome;
+    }
+    std::this_thread::sleep_for(sleepFor);
+    sleepFor = std::min(sleepFor * 2, std::chrono::milliseconds(20));
+  }
+  ::kill(-pid, SIGKILL);  // anything the child left behind in its group
+  outcome.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  outcome.logTail = tailOf(logPath, 2000);
+  if (WIFSIGNALED(status)) {
+    outcome.kind = ChildOutcome::Kind::kSignaled;
+    outcome.signal = WTERMSIG(status);
+  } else {
+    outcome.kind = ChildOutcome::Kind::kExited;
+    outcome.exitCode = WEXITSTATUS(status);
+  }
+  return outcome;
+}
+
+}  // namespace kiln::tune

@@ -1,0 +1,1023 @@
+// The tuning run: study set-up (or its continuation), the trial loop over each phase, the
+// finalist round and the decision, and what the run leaves behind (engine, manifest, report).
+#include "kiln/tune/tuner.h"
+
+#include <signal.h>
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "kiln/base/file.h"
+#include "kiln/base/version.h"
+#include "kiln/engine/engine_file.h"
+#include "kiln/ir/inputs.h"
+#include "kiln/ir/npy.h"
+#include "kiln/onnx/import.h"
+#include "kiln/reference/executor.h"
+#include "kiln/tune/report.h"
+#include "kiln/tune/store.h"
+
+namespace kiln::tune {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+const char* searchModeName(SearchMode mode) {
+  switch (mode) {
+    case SearchMode::kFast:
+      return "fast";
+    case SearchMode::kMixed:
+      return "mixed";
+    case SearchMode::kFull:
+      return "full";
+  }
+  return "?";
+}
+
+Result<SearchMode> parseSearchMode(const std::string& text) {
+  for (SearchMode mode : {SearchMode::kFast, SearchMode::kMixed, SearchMode::kFull}) {
+    if (text == searchModeName(mode)) return mode;
+  }
+  return invalidInput("unknown search mode '{}' (allowed: fast, mixed, full)", text);
+}
+
+namespace {
+
+json timingSettingsJson(const TimingSettings& t) {
+  return {{"warmup_ms", t.warmUpMs},
+          {"min_iterations", t.minIterations},
+          {"min_seconds", t.minSeconds}};
+}
+
+TimingSettings timingSettingsFrom(const json& j) {
+  return {.warmUpMs = j.at("warmup_ms").get<double>(),
+          .minIterations = j.at("min_iterations").get<int>(),
+          .minSeconds = j.at("min_seconds").get<double>()};
+}
+
+json accuracyJson(const AccuracySettings& a) {
+  return {{"metric", metricName(a.metric)},
+          {"atol", a.atol},
+          {"rtol", a.rtol},
+          {"threshold", a.threshold},
+          {"per_output", a.perOutput}};
+}
+
+}  // namespace
+
+json TuneOptions::studyJson() const {
+  return {
+      {"model", fs::absolute(model).string()},
+      {"shapes", shapes},
+      {"expression", expression},
+      {"search", searchModeName(search)},
+      {"load_inputs", loadInputs},
+      {"load_ref_outputs", loadRefOutputs},
+      {"seed", seed},
+      {"accuracy", accuracyJson(accuracy)},
+      {"timing", timingSettingsJson(timing)},
+      {"finalists", finalists},
+      {"final_timing", timingSettingsJson(finalTiming)},
+      {"save_engine", saveEngine.empty() ? "" : fs::absolute(saveEngine).string()},
+      {"report", report.empty() ? "" : fs::absolute(report).string()},
+      {"save_all_engines", saveAllEngines.empty() ? "" : fs::absolute(saveAllEngines).string()}};
+}
+
+Status TuneOptions::restoreStudy(const json& study) {
+  try {
+    model = study.at("model").get<std::string>();
+    shapes = study.at("shapes").get<std::string>();
+    expression = study.at("expression").get<std::string>();
+    KILN_ASSIGN_OR_RETURN(search, parseSearchMode(study.at("search").get<std::string>()));
+    loadInputs = study.at("load_inputs").get<std::vector<std::string>>();
+    loadRefOutputs = study.at("load_ref_outputs").get<std::vector<std::string>>();
+    seed = study.at("seed").get<uint64_t>();
+    const json& a = study.at("accuracy");
+    KILN_ASSIGN_OR_RETURN(accuracy.metric, parseMetric(a.at("metric").get<std::string>()));
+    accuracy.atol = a.at("atol").get<double>();
+    accuracy.rtol = a.at("rtol").get<double>();
+    accuracy.threshold = a.at("threshold").get<double>();
+    accuracy.perOutput = a.at("per_output").get<std::map<std::string, double>>();
+    timing = timingSettingsFrom(study.at("timing"));
+    finalists = study.at("finalists").get<int>();
+    finalTiming = timingSettingsFrom(study.at("final_timing"));
+    saveEngine = study.at("save_engine").get<std::string>();
+    report = study.at("report").get<std::string>();
+    saveAllEngines = study.at("save_all_engines").get<std::string>();
+  } catch (const json::exception& e) {
+    return invalidInput("the cache's study settings are unreadable: {}", e.what());
+  }
+  return Status::ok();
+}
+
+Result<std::vector<std::string>> firstPhaseRoutes(const knobs::RouteExpression& expression,
+                                                  SearchMode mode) {
+  std::vector<knobs::Route> routes = mode == SearchMode::kFull
+                                         ? knobs::expandProduct(expression, expression.axes)
+                                         : knobs::expandFast(expression);
+  std::vector<std::string> texts;
+  const std::string baseline = expression.pinned.canonicalText();
+  texts.push_back(baseline);
+  for (const auto& route : routes) {
+    std::string text = route.canonicalText();
+    if (text != baseline) texts.push_back(std::move(text));
+  }
+  return texts;
+}
+
+namespace {
+
+std::string isoNow() {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return text;
+}
+
+std::string displayRoute(const std::string& route) { return route.empty() ? "(default)" : route; }
+
+// What the chosen route's engine depends on: the machine and the software that built it.
+json targetFingerprint() {
+  const EngineTarget target = currentTarget();
+  return {{"backend", "cpu"},
+          {"cpu_model", target.cpuModel},
+          {"avx2", target.avx2},
+          {"avx512f", target.avx512f},
+          {"fma", target.fma},
+          {"avx512bf16", target.avx512bf16},
+          {"cpus", std::thread::hardware_concurrency()},
+          {"kiln_version", std::string(kKilnVersion)}};
+}
+
+json versionsJson() {
+  return {{"kiln", std::string(kKilnVersion)}, {"sqlite", sqlite3_libversion()}};
+}
+
+// Everything a run needs besides the store: the parsed study and its data, ready for trials.
+struct Study {
+  TuneOptions options;
+  knobs::RouteExpression expression;
+  std::string baseline;  // canonical text of the default route of this study
+  fs::path workDir;
+  bool temporary = false;  // no --cache: nothing to resume, removed at the end
+  fs::path executable;
+  std::vector<std::string> outputNames;
+  std::vector<fs::path> inputFiles;  // one .npz per input set, in the work folder
+  std::vector<std::vector<ir::Tensor>> references;
+  bool generatedReferences = false;
+  json data;  // the header's description of the data
+};
+
+std::string hashOfSpec(const std::string& spec) {
+  std::string joined;
+  for (const std::string& file : ir::filesOfSpec(spec)) {
+    auto hash = fileHash(file);
+    joined += (hash.isOk() ? *hash : "missing:" + file) + ";";
+  }
+  return "fnv1a64:" + knobs::stableHash(joined);
+}
+
+// Writes the input sets and references into the work folder (fresh runs) and describes them.
+Status prepareData(Study& study, const ir::Graph& graph) {
+  const TuneOptions& o = study.options;
+  if (!o.loadRefOutputs.empty() && o.loadRefOutputs.size() != o.loadInputs.size()) {
+    return invalidInput(
+        "--loadRefOutputs is given {} times and --loadInputs {} times: each reference file "
+        "belongs to one input set",
+        o.loadRefOutputs.size(), o.loadInputs.size());
+  }
+  fs::create_directories(study.workDir / "data");
+  const size_t sets = std::max<size_t>(1, o.loadInputs.size());
+  study.generatedReferences = o.loadRefOutputs.empty();
+  std::optional<reference::ReferenceExecutor> oracle;
+  if (study.generatedReferences) {
+    KILN_ASSIGN_OR_RETURN(auto executor, reference::ReferenceExecutor::create(graph));
+    oracle.emplace(std::move(executor));
+  }
+  study.data = json::array();
+  for (size_t set = 0; set < sets; ++set) {
+    std::map<std::string, ir::Tensor> given;
+    if (set < o.loadInputs.size()) {
+      KILN_ASSIGN_OR_RETURN(given, ir::loadNamedTensors({o.loadInputs[set]}, "--loadInputs"));
+    }
+    std::mt19937_64 rng(o.seed + set);
+    ir::NamedTensors inputs;
+    std::vector<ir::Tensor> ordered;
+    for (const ir::Value* input : graph.inputs) {
+      auto it = given.find(input->name);
+      ir::Tensor tensor;
+      if (it == given.end()) {
+        tensor = ir::seededRandomTensor(input->dtype, input->shape, rng);
+      } else {
+        if (it->second.dtype() != input->dtype || it->second.shape() != input->shape) {
+          return invalidInput("--loadInputs '{}': input '{}' is {}{} but the model takes {}{}",
+                              o.loadInputs[set], input->name, ir::dtypeName(it->second.dtype()),
+                              it->second.shape().toString(), ir::dtypeName(input->dtype),
+                              input->shape.toString());
+        }
+        tensor = it->second;
+        given.erase(it);
+      }
+      inputs.emplace_back(input->name, tensor);
+      ordered.push_back(tensor);
+    }
+    if (!given.empty()) {
+      return invalidInput("--loadInputs '{}' gives '{}', which is not an input of the model",
+                          o.loadInputs[set], given.begin()->first);
+    }
+    const fs::path inputFile = study.workDir / "data" / fmt::format("inputs_{}.npz", set);
+    KILN_RETURN_IF_ERROR(ir::writeNpz(inputFile, inputs));
+    study.inputFiles.push_back(inputFile);
+
+    std::vector<ir::Tensor> references;
+    if (oracle) {
+      KILN_ASSIGN_OR_RETURN(references, oracle->run(ordered));
+    } else {
+      KILN_ASSIGN_OR_RETURN(auto named,
+                            ir::loadNamedTensors({o.loadRefOutputs[set]}, "--loadRefOutputs"));
+      for (const std::string& name : study.outputNames) {
+        auto it = named.find(name);
+        if (it == named.end()) {
+          return invalidInput("--loadRefOutputs '{}' has no reference for output '{}'",
+                              o.loadRefOutputs[set], name);
+        }
+        references.push_back(std::move(it->second));
+        named.erase(it);
+      }
+      if (!named.empty()) {
+        return invalidInput("--loadRefOutputs '{}' gives '{}', which is not an output of the model",
+                            o.loadRefOutputs[set], named.begin()->first);
+      }
+    }
+    ir::NamedTensors namedReferences;
+    for (size_t i = 0; i < references.size(); ++i) {
+      namedReferences.emplace_back(study.outputNames[i], references[i]);
+    }
+    const fs::path referenceFile = study.workDir / "data" / fmt::format("references_{}.npz", set);
+    KILN_RETURN_IF_ERROR(ir::writeNpz(referenceFile, namedReferences));
+    study.references.push_back(std::move(references));
+
+    KILN_ASSIGN_OR_RETURN(std::string inputHash, fileHash(inputFile));
+    KILN_ASSIGN_OR_RETURN(std::string referenceHash, fileHash(referenceFile));
+    json entry = {{"set", set},
+                  {"inputs_file", inputFile.string()},
+                  {"inputs_file_hash", inputHash},
+                  {"references_file", referenceFile.string()},
+                  {"references_file_hash", referenceHash},
+                  {"references",
+                   study.generatedReferences ? "generated by the reference executor" : "given"}};
+    if (set < o.loadInputs.size()) {
+      entry["inputs_given"] = o.loadInputs[set];
+      entry["inputs_given_hash"] = hashOfSpec(o.loadInputs[set]);
+    } else {
+      entry["inputs_seed"] = o.seed + set;
+    }
+    if (!study.generatedReferences) {
+      entry["references_given"] = o.loadRefOutputs[set];
+      entry["references_given_hash"] = hashOfSpec(o.loadRefOutputs[set]);
+    }
+    study.data.push_back(entry);
+  }
+  return Status::ok();
+}
+
+// On --continue: the data must be what the run started with, and still in the work folder.
+Status reloadData(Study& study, const json& data) {
+  study.data = data;
+  for (const json& entry : data) {
+    for (const char* kind : {"inputs_given", "references_given"}) {
+      if (!entry.contains(kind)) continue;
+      const std::string spec = entry.at(kind).get<std::string>();
+      const std::string now = hashOfSpec(spec);
+      if (now != entry.at(std::string(kind) + "_hash").get<std::string>()) {
+        return invalidInput("the data changed since the run started: '{}' ({} now, {} then)", spec,
+                            now, entry.at(std::string(kind) + "_hash").get<std::string>());
+      }
+    }
+    for (const char* kind : {"inputs_file", "references_file"}) {
+      const fs::path file = entry.at(kind).get<std::string>();
+      auto hash = fileHash(file);
+      if (!hash.isOk() || *hash != entry.at(std::string(kind) + "_hash").get<std::string>()) {
+        return invalidInput("the run's work file {} is missing or changed; start a new run",
+                            file.string());
+      }
+    }
+    study.inputFiles.push_back(entry.at("inputs_file").get<std::string>());
+    KILN_ASSIGN_OR_RETURN(ir::NamedTensors named,
+                          ir::readNpz(entry.at("references_file").get<std::string>()));
+    std::vector<ir::Tensor> references;
+    for (auto& [name, tensor] : named) references.push_back(std::move(tensor));
+    study.references.push_back(std::move(references));
+    study.generatedReferences = entry.at("references").get<std::string>() != "given";
+  }
+  return Status::ok();
+}
+
+// ---- trials ---------------------------------------------------------------------------------
+
+struct TrialRun {
+  bool stopped = false;  // the run was stopped (or its time ran out) while this trial ran
+  TrialRecord record;
+};
+
+std::string signalText(int signal) {
+  const char* name = sigabbrev_np(signal);
+  const char* description = strsignal(signal);
+  return fmt::format("SIG{} ({})", name ? name : std::to_string(signal).c_str(),
+                     description ? description : "");
+}
+
+std::string lastLine(const std::string& text) {
+  const auto end = text.find_last_not_of("\n ");
+  if (end == std::string::npos) return "";
+  const auto start = text.rfind('\n', end);
+  return text.substr(start == std::string::npos ? 0 : start + 1,
+                     end - (start == std::string::npos ? 0 : start + 1) + 1);
+}
+
+Result<TrialRun> runTrial(const Study& study, const std::string& route, int64_t iteration,
+                          int phase, const std::atomic<bool>& stop, Clock::time_point deadline) {
+  TrialRun run;
+  TrialRecord& record = run.record;
+  record.iteration = iteration;
+  record.phase = phase;
+  record.route = route;
+  const fs::path dir = study.workDir / "trials" / std::to_string(iteration);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::create_directories(study.workDir / "engines");
+  const fs::path engine = study.workDir / "engines" / fmt::format("{}.kiln", iteration);
+  json request = {{"mode", "build"},
+                  {"model", study.options.model.string()},
+                  {"shapes", study.options.shapes},
+                  {"route", route},
+                  {"engine", engine.string()},
+                  {"outputs_dir", dir.string()},
+                  {"timing", timingSettingsJson(study.options.timing)},
+                  {"result", (dir / "result.json").string()},
+                  {"inputs", json::array()}};
+  for (const fs::path& file : study.inputFiles) request["inputs"].push_back(file.string());
+  KILN_RETURN_IF_ERROR(writeFileAtomically(dir / "request.json", request.dump(1)));
+
+  KILN_ASSIGN_OR_RETURN(ChildOutcome child,
+                        runChild(study.executable, {"__trial", (dir / "request.json").string()},
+                                 dir / "log.txt", study.options.trialLimits, &stop, deadline));
+  record.finishedAt = isoNow();
+  using Kind = ChildOutcome::Kind;
+  const std::string logLine = lastLine(child.logTail);
+  switch (child.kind) {
+    case Kind::kStopped:
+      run.stopped = true;
+      return run;
+    case Kind::kTimedOut:
+      record.status = TrialStatus::kTimeout;
+      record.message = fmt::format("no result after {:.0f} s (--trial-timeout); killed",
+                                   study.options.trialLimits.timeoutSeconds);
+      return run;
+    case Kind::kSignaled:
+      if (child.signal == SIGKILL) {
+        // The tuner kills children only on timeout or stop (handled above): a SIGKILL from
+        // elsewhere is the kernel's out-of-memory killer, or an operator.
+        record.status = TrialStatus::kOom;
+        record.message = "killed by SIGKILL (most likely the kernel's out-of-memory killer)";
+      } else {
+        record.status = TrialStatus::kCrash;
+        record.message = fmt::format("killed by {}", signalText(child.signal));
+        if (!logLine.empty()) record.message += ": " + logLine;
+      }
+      return run;
+    case Kind::kExited:
+      break;
+  }
+  if (child.exitCode == kTrialExitOutOfMemory) {
+    record.status = TrialStatus::kOom;
+    record.message =
+        study.options.trialLimits.memoryBytes
+            ? fmt::format("ran out of memory under the limit of {} MiB (--trial-memory-limit)",
+                          study.options.trialLimits.memoryBytes >> 20)
+            : "ran out of memory";
+    return run;
+  }
+  if (child.exitCode != 0) {
+    record.status = TrialStatus::kCrash;
+    record.message = fmt::format("exited with code {}", child.exitCode);
+    if (!logLine.empty()) record.message += ": " + logLine;
+    return run;
+  }
+  auto resultText = readFileBytes(dir / "result.json");
+  json result;
+  try {
+    if (!resultText.isOk()) throw std::runtime_error(resultText.status().message());
+    result = json::parse(*resultText);
+    const std::string status = result.at("status").get<std::string>();
+    record.buildMs = result.value("build_ms", 0.0);
+    if (status == "build-error") {
+      record.status = TrialStatus::kBuildError;
+      record.message = result.at("message").get<std::string>();
+      return run;
+    }
+    if (status != "ok") {
+      record.status = TrialStatus::kCrash;
+      record.message = "failed while running: " + result.at("message").get<std::string>();
+      return run;
+    }
+    record.enginePath = engine.string();
+    record.engineHash = result.at("engine_hash").get<std::string>();
+    record.timing = analyzeTimings(result.at("samples").get<std::vector<double>>());
+    const auto outputFiles = result.at("outputs").get<std::vector<std::string>>();
+    if (outputFiles.size() != study.references.size()) {
+      throw std::runtime_error(fmt::format("{} output files for {} input sets", outputFiles.size(),
+                                           study.references.size()));
+    }
+    for (size_t set = 0; set < outputFiles.size(); ++set) {
+      auto named = ir::readNpz(outputFiles[set]);
+      if (!named.isOk()) throw std::runtime_error(named.status().message());
+      std::vector<ir::Tensor> outputs;
+      for (const std::string& name : study.outputNames) {
+        auto it = std::find_if(named->begin(), named->end(),
+                               [&](const auto& entry) { return entry.first == name; });
+        if (it == named->end()) {
+          throw std::runtime_error(fmt::format("no output '{}' in {}", name, outputFiles[set]));
+        }
+        outputs.push_back(it->second);
+      }
+      auto compared =
+          compareOutputs(study.options.accuracy, study.outputNames, outputs, study.references[set]);
+      if (!compared.isOk()) {
+        record.status = TrialStatus::kAccuracyFail;
+        record.message = compared.status().message();
+        return run;
+      }
+      mergeWorst(record.accuracy, *compared);
+      fs::remove(outputFiles[set]);
+    }
+  } catch (const std::exception& e) {
+    record.status = TrialStatus::kCrash;
+    record.message = fmt::format("exited without a readable result: {}", e.what());
+    record.timing.reset();
+    return run;
+  }
+  for (const OutputAccuracy& output : record.accuracy) {
+    if (!output.pass) {
+      record.status = TrialStatus::kAccuracyFail;
+      record.message = fmt::format("output '{}': {}", output.output, output.note);
+      return run;
+    }
+  }
+  record.status = TrialStatus::kOk;
+  return run;
+}
+
+// ---- phases ---------------------------------------------------------------------------------
+
+const TrialRecord* findRecord(const std::vector<TrialRecord>& records, const std::string& route) {
+  for (const auto& record : records) {
+    if (record.route == route) return &record;
+  }
+  return nullptr;
+}
+
+bool eligible(const TrialRecord* record) {
+  return record && record->status == TrialStatus::kOk && record->timing.has_value();
+}
+
+// Mixed search's second phase: the product over the knobs whose one-off change was a
+// significant gain (each such knob at its baseline or one of its significant values), every
+// other knob at its baseline, less every route already measured. Deterministic, so that a
+// continued run plans exactly what the first run planned.
+struct SecondPhase {
+  std::vector<std::string> routes;
+  std::vector<std::string> knobs;  // "knob=[baseline|v1|...]" per selected axis
+  std::string note;
+};
+
+SecondPhase planSecondPhase(const Study& study, const std::vector<TrialRecord>& records) {
+  SecondPhase plan;
+  const TrialRecord* base = findRecord(records, study.baseline);
+  if (!eligible(base)) {
+    plan.note = "the default route is not eligible, so no gain over it can be significant";
+    return plan;
+  }
+  std::vector<std::pair<const knobs::KnobAxis*, std::vector<std::string>>> selected;
+  for (const auto& axis : study.expression.axes) {
+    const std::string baselineValue = study.expression.baselineValue(axis);
+    std::vector<std::string> gains;
+    for (const auto& value : axis.values) {
+      if (value == baselineValue) continue;
+      const std::string route =
+          knobs::withSetting(study.expression.pinned, axis, value).canonicalText();
+      const TrialRecord* record = findRecord(records, route);
+      if (eligible(record) && significantlyFaster(*record->timing, *base->timing)) {
+        gains.push_back(value);
+      }
+    }
+    if (!gains.empty()) {
+      std::string text = axis.label() + "=[" + baselineValue;
+      for (const auto& g : gains) text += "|" + g;
+      plan.knobs.push_back(text + "]");
+      selected.emplace_back(&axis, std::move(gains));
+    }
+  }
+  std::vector<knobs::Route> routes{study.expression.pinned};
+  for (const auto& [axis, gains] : selected) {
+    std::vector<knobs::Route> next;
+    for (const auto& route : routes) {
+      next.push_back(route);  // this knob at its baseline
+      for (const auto& value : gains) next.push_back(knobs::withSetting(route, *axis, value));
+    }
+    routes = std::move(next);
+  }
+  std::set<std::string> seen;
+  for (const auto& route : routes) {
+    std::string text = route.canonicalText();
+    if (findRecord(records, text) || !seen.insert(text).second) continue;
+    plan.routes.push_back(std::move(text));
+  }
+  if (selected.size() < 2) {
+    plan.note = selected.empty() ? "no knob's one-off change was a significant gain"
+                                 : "only one knob's change was a significant gain, so there is "
+                                   "nothing to combine";
+  }
+  return plan;
+}
+
+// ---- the finalist round and the decision ----------------------------------------------------
+
+Result<std::vector<ComparisonRecord>> runFinalistRound(
+    const Study& study, const std::vector<const TrialRecord*>& finalists, const TrialRecord& base,
+    const std::atomic<bool>& stop, Clock::time_point deadline, std::string& failure,
+    bool& stopped) {
+  const fs::path dir = study.workDir / "trials" / "finalists";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  json engines = json::array({base.enginePath});
+  for (const TrialRecord* finalist : finalists) engines.push_back(finalist->enginePath);
+  json request = {{"mode", "interleave"},
+                  {"engines", engines},
+                  {"inputs", study.inputFiles.front().string()},
+                  {"timing", timingSettingsJson(study.options.finalTiming)},
+                  {"result", (dir / "result.json").string()}};
+  KILN_RETURN_IF_ERROR(writeFileAtomically(dir / "request.json", request.dump(1)));
+  KILN_ASSIGN_OR_RETURN(ChildOutcome child,
+                        runChild(study.executable, {"__trial", (dir / "request.json").string()},
+                                 dir / "log.txt", study.options.trialLimits, &stop, deadline));
+  std::vector<ComparisonRecord> comparisons;
+  if (child.kind == ChildOutcome::Kind::kStopped) {
+    stopped = true;
+    return comparisons;
+  }
+  if (child.kind != ChildOutcome::Kind::kExited || child.exitCode != 0) {
+    failure =
+        fmt::format("the interleaved re-measurement failed ({})",
+                    child.kind == ChildOutcome::Kind::kTimedOut ? "timed out"
+                    : child.kind == ChildOutcome::Kind::kSignaled
+                        ? "killed by " + signalText(child.signal)
+                        : fmt::format("exit code {}: {}", child.exitCode, lastLine(child.logTail)));
+    return comparisons;
+  }
+  try {
+    KILN_ASSIGN_OR_RETURN(std::string text, readFileBytes(dir / "result.json"));
+    const json result = json::parse(text);
+    if (result.at("status").get<std::string>() != "ok") {
+      failure = "the interleaved re-measurement failed: " + result.at("message").get<std::string>();
+      return comparisons;
+    }
+    const auto samples = result.at("samples").get<std::vector<std::vector<double>>>();
+    for (size_t i = 0; i < finalists.size(); ++i) {
+      ComparisonRecord comparison;
+      comparison.route = finalists[i]->route;
+      comparison.candidateSamples = samples.at(i + 1);
+      comparison.baselineSamples = samples.at(0);
+      comparison.comparison =
+          comparePaired(comparison.candidateSamples, comparison.baselineSamples);
+      comparisons.push_back(std::move(comparison));
+    }
+  } catch (const std::exception& e) {
+    failure = fmt::format("the interleaved re-measurement left no readable result: {}", e.what());
+    comparisons.clear();
+  }
+  return comparisons;
+}
+
+std::string formatRatio(const PairedComparison& c) {
+  return fmt::format("{:.3f}x [{:.3f}, {:.3f}]", c.speedup(), c.speedupLow(), c.speedupHigh());
+}
+
+// ---- what the run leaves behind --------------------------------------------------------------
+
+Status copyEngine(const TrialRecord& record, const fs::path& to) {
+  KILN_ASSIGN_OR_RETURN(std::string bytes, readFileBytes(record.enginePath));
+  if ("fnv1a64:" + knobs::stableHash(bytes) != record.engineHash) {
+    return invalidInput("the engine of route '{}' ({}) changed since its trial; its hash differs",
+                        displayRoute(record.route), record.enginePath);
+  }
+  if (!to.parent_path().empty()) fs::create_directories(to.parent_path());
+  return writeFileAtomically(to, bytes);
+}
+
+fs::path manifestPathFor(const fs::path& engine) {
+  fs::path manifest = engine;
+  return manifest.replace_extension(".manifest.json");
+}
+
+}  // namespace
+
+Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
+  const auto started = Clock::now();
+  const Clock::time_point deadline =
+      options.tuningTimeoutSeconds > 0
+          ? started + std::chrono::duration_cast<Clock::duration>(
+                          std::chrono::duration<double>(options.tuningTimeoutSeconds))
+          : Clock::time_point::max();
+  auto say = [&](std::string_view format, auto&&... args) {
+    if (!options.quiet) {
+      std::fputs(fmt::format(fmt::runtime(format), args...).c_str(), stdout);
+      std::fflush(stdout);
+    }
+  };
+
+  // ---- the store and the study --------------------------------------------------------------
+  std::optional<TuneStore> store;
+  if (options.resume) {
+    if (options.cache.empty())
+      return invalidInput("--continue needs --cache, the run's result store");
+    KILN_ASSIGN_OR_RETURN(TuneStore opened, TuneStore::open(options.cache));
+    store.emplace(std::move(opened));
+    json study;
+    try {
+      study = json::parse(store->header().at("study"));
+    } catch (const std::exception& e) {
+      return invalidInput("{}: the header has no readable study settings ({})",
+                          options.cache.string(), e.what());
+    }
+    KILN_RETURN_IF_ERROR(options.restoreStudy(study));
+  }
+  options.model = fs::absolute(options.model);
+  Study study;
+  study.options = options;
+  KILN_ASSIGN_OR_RETURN(study.expression, knobs::parseRouteExpression(options.expression));
+  study.baseline = study.expression.pinned.canonicalText();
+  if (options.search == SearchMode::kFull) {
+    KILN_ASSIGN_OR_RETURN(uint64_t count, study.expression.fullCount(uint64_t{1} << 40));
+    if (count > kLargeSearchRoutes && !options.allowLargeSearch && !options.resume) {
+      return invalidInput(
+          "a full search of this expression builds {} routes (more than {}): pass "
+          "--allow-large-search to run it, or use --search mixed",
+          count, kLargeSearchRoutes);
+    }
+  }
+  KILN_ASSIGN_OR_RETURN(std::vector<std::string> phaseOne,
+                        firstPhaseRoutes(study.expression, options.search));
+
+  if (options.dryRun) {
+    std::printf("%s search: %zu route%s%s\n", searchModeName(options.search), phaseOne.size(),
+                phaseOne.size() == 1 ? "" : "s",
+                options.search == SearchMode::kMixed ? " in phase one" : "");
+    for (size_t i = 0; i < phaseOne.size(); ++i) {
+      std::printf("  %3zu  %s\n", i + 1, displayRoute(phaseOne[i]).c_str());
+    }
+    if (options.search == SearchMode::kMixed) {
+      auto full = study.expression.fullCount(uint64_t{1} << 40);
+      if (full.isOk()) {
+        std::printf(
+            "phase two: at most %llu more routes (the product over the knobs whose change is a "
+            "significant gain; known only after phase one)\n",
+            static_cast<unsigned long long>(*full - std::min<uint64_t>(*full, phaseOne.size())));
+      } else {
+        std::printf("phase two: bounded by the full product, more than 2^40 routes\n");
+      }
+    }
+    return 0;
+  }
+
+  // The model, once, in this process: output names, input shapes, and generated references.
+  KILN_ASSIGN_OR_RETURN(std::string modelBytes, readFileBytes(options.model));
+  const std::string modelHash = modelHashOf(modelBytes);
+  onnx::ImportOptions importOptions;
+  KILN_ASSIGN_OR_RETURN(importOptions.inputShapes, onnx::parseShapeSpec(options.shapes));
+  KILN_ASSIGN_OR_RETURN(onnx::Model model, onnx::importModel(options.model, importOptions));
+  for (const ir::Value* output : model.graph.outputs) study.outputNames.push_back(output->name);
+  KILN_ASSIGN_OR_RETURN(study.executable, currentExecutable());
+
+  if (options.cache.empty()) {
+    char pattern[] = "/tmp/kiln-tune-XXXXXX";
+    if (!::mkdtemp(pattern)) return ioError("cannot create a temporary folder for the run");
+    study.workDir = pattern;
+    study.temporary = true;
+  } else {
+    study.workDir = fs::absolute(fs::path(options.cache.string() + ".d"));
+  }
+  struct RemoveTemporary {
+    const Study& study;
+    ~RemoveTemporary() {
+      std::error_code ignored;
+      if (study.temporary) fs::remove_all(study.workDir, ignored);
+    }
+  } removeTemporary{study};
+
+  const json target = targetFingerprint();
+  if (store) {
+    const auto& header = store->header();
+    auto field = [&](const std::string& key) {
+      auto it = header.find(key);
+      return it == header.end() ? std::string() : it->second;
+    };
+    if (field("model_hash") != modelHash) {
+      return invalidInput("{}: the model changed since the run started ({} is {} now, {} then)",
+                          options.cache.string(), options.model.string(), modelHash,
+                          field("model_hash"));
+    }
+    if (field("target") != target.dump()) {
+      return invalidInput(
+          "{}: the run started on another target or kiln ({} then, {} now); start a new run here",
+          options.cache.string(), field("target"), target.dump());
+    }
+    json data;
+    try {
+      data = json::parse(field("data"));
+    } catch (const std::exception& e) {
+      return invalidInput("{}: the header's data description is unreadable",
+                          options.cache.string());
+    }
+    KILN_RETURN_IF_ERROR(reloadData(study, data).withContext(options.cache.string()));
+  } else {
+    if (!options.cache.empty() && fs::exists(options.cache)) {
+      return invalidInput(
+          "{} exists: continue that run with --continue --cache {}, or choose another file",
+          options.cache.string(), options.cache.string());
+    }
+    KILN_RETURN_IF_ERROR(prepareData(study, model.graph));
+    std::map<std::string, std::string> header = {
+        {"format", "kiln tuning cache"},
+        {"tuner_version", std::string(kKilnVersion)},
+        {"search", searchModeName(options.search)},
+        {"expression", options.expression},
+        {"accuracy", accuracyJson(options.accuracy).dump()},
+        {"command_line", options.commandLine},
+        {"default_route", study.baseline},
+        {"model_path", fs::absolute(options.model).string()},
+        {"model_hash", modelHash},
+        {"data", study.data.dump()},
+        {"target", target.dump()},
+        {"study", options.studyJson().dump()},
+        {"created_at", isoNow()}};
+    const fs::path storePath = study.temporary ? study.workDir / "tune.db" : options.cache;
+    KILN_ASSIGN_OR_RETURN(TuneStore created, TuneStore::create(storePath, header));
+    store.emplace(std::move(created));
+  }
+  const std::string resumeCommand =
+      study.temporary ? "" : fmt::format("kiln tune --continue --cache {}", options.cache.string());
+
+  if (store->header().count("finished_at")) {
+    say("this run finished at {}; nothing remains. Its decision: {}\n",
+        store->header().at("finished_at"),
+        store->header().count("decision") ? store->header().at("decision") : "(none)");
+    return 0;
+  }
+
+  KILN_ASSIGN_OR_RETURN(std::vector<TrialRecord> records, store->trials());
+  say("kiln tune: {} ({}), {} search, default route {}\n", options.model.string(), modelHash,
+      searchModeName(options.search), displayRoute(study.baseline));
+  say("accuracy: {} per output, threshold {}{}; references {}\n",
+      metricName(options.accuracy.metric), options.accuracy.threshold,
+      options.accuracy.perOutput.empty() ? "" : " (some outputs have their own)",
+      study.generatedReferences ? "generated by the reference executor on seeded inputs" : "given");
+  if (!records.empty()) say("continuing: {} trials already recorded\n", records.size());
+
+  // ---- the trial loop -----------------------------------------------------------------------
+  bool interrupted = false, outOfTime = false;
+  int64_t remainingCount = 0;
+  auto runPhase = [&](const std::vector<std::string>& routes, int phase) -> Status {
+    size_t done = 0;
+    for (const std::string& route : routes) done += findRecord(records, route) != nullptr;
+    for (size_t i = 0; i < routes.size(); ++i) {
+      if (findRecord(records, routes[i])) continue;
+      if (stop.load()) interrupted = true;
+      if (Clock::now() > deadline) outOfTime = true;
+      if (interrupted || outOfTime) {
+        remainingCount += static_cast<int64_t>(routes.size() - done);
+        return Status::ok();
+      }
+      KILN_ASSIGN_OR_RETURN(
+          TrialRun run,
+          runTrial(study, routes[i], static_cast<int64_t>(records.size()), phase, stop, deadline));
+      if (run.stopped) {
+        if (stop.load())
+          interrupted = true;
+        else
+          outOfTime = true;
+        remainingCount += static_cast<int64_t>(routes.size() - done);
+        return Status::ok();
+      }
+      KILN_RETURN_IF_ERROR(store->addTrial(run.record));
+      records.push_back(run.record);
+      ++done;
+      const TrialRecord& r = run.record;
+      std::string detail;
+      if (r.timing) {
+        detail = fmt::format("median {:.4f} ms [{:.4f}, {:.4f}]", r.timing->summary.median,
+                             r.timing->ciLow, r.timing->ciHigh);
+        const TrialRecord* base = findRecord(records, study.baseline);
+        if (eligible(base) && r.route != study.baseline) {
+          detail +=
+              fmt::format("  {:.3f}x{}", base->timing->summary.median / r.timing->summary.median,
+                          significantlyFaster(*r.timing, *base->timing) ? " (significant)" : "");
+        }
+        double worst = 0;
+        for (const auto& a : r.accuracy) worst = std::max(worst, a.loss);
+        detail += fmt::format("  loss {:.3g}", worst);
+      }
+      if (!r.message.empty()) detail += (detail.empty() ? "" : "  ") + r.message;
+      say("[phase {} {}/{}] {}: {}  {}\n", phase, done, routes.size(), displayRoute(r.route),
+          trialStatusName(r.status), detail);
+    }
+    return Status::ok();
+  };
+
+  say("phase one: {} routes\n", phaseOne.size());
+  KILN_RETURN_IF_ERROR(runPhase(phaseOne, 1));
+  SecondPhase second;
+  if (options.search == SearchMode::kMixed && !interrupted && !outOfTime) {
+    second = planSecondPhase(study, records);
+    say("phase two: {} routes over {}{}\n", second.routes.size(),
+        second.knobs.empty() ? "no knobs" : fmt::format("{}", fmt::join(second.knobs, " ")),
+        second.note.empty() ? "" : " (" + second.note + ")");
+    KILN_RETURN_IF_ERROR(runPhase(second.routes, 2));
+  }
+
+  if (interrupted) {
+    say("\nstopped: {} trials recorded, {} routes of the planned phases remain{}\n", records.size(),
+        remainingCount,
+        options.search == SearchMode::kMixed ? " (phase two is planned after phase one)" : "");
+    if (!resumeCommand.empty()) {
+      say("resume with: {}\n", resumeCommand);
+    } else {
+      say("(no --cache was given, so this run cannot be resumed)\n");
+    }
+    return kTuneExitInterrupted;
+  }
+
+  // ---- decision ------------------------------------------------------------------------------
+  Decision decision;
+  decision.baseline = study.baseline;
+  const TrialRecord* base = findRecord(records, study.baseline);
+  std::vector<ComparisonRecord> comparisons;
+  if (outOfTime) {
+    decision.provisional = true;
+    decision.notes.push_back(fmt::format(
+        "the tuning timeout ({:.0f} s) ended the run with {} planned routes not measured; "
+        "continue it with --continue to finish",
+        options.tuningTimeoutSeconds, remainingCount));
+  }
+  std::vector<const TrialRecord*> eligibleRecords;
+  for (const auto& record : records) {
+    if (eligible(&record)) eligibleRecords.push_back(&record);
+  }
+  std::sort(eligibleRecords.begin(), eligibleRecords.end(),
+            [](auto* a, auto* b) { return a->timing->summary.median < b->timing->summary.median; });
+  if (eligibleRecords.empty()) {
+    decision.winner.reset();
+    decision.reason = "no route was eligible: every trial failed or missed the accuracy threshold";
+  } else if (!eligible(base)) {
+    decision.winner = eligibleRecords.front()->route;
+    decision.reason = fmt::format(
+        "the default route was not eligible ({}), so no speedup over it can be measured; the "
+        "fastest eligible route by median was chosen",
+        base ? std::string(trialStatusName(base->status)) + ": " + base->message : "not measured");
+  } else {
+    std::vector<const TrialRecord*> finalists;
+    for (const TrialRecord* record : eligibleRecords) {
+      if (record->route != study.baseline && significantlyFaster(*record->timing, *base->timing) &&
+          static_cast<int>(finalists.size()) < options.finalists) {
+        finalists.push_back(record);
+      }
+    }
+    decision.winner = study.baseline;
+    if (finalists.empty()) {
+      decision.reason =
+          "no route's median interval lay entirely below the default's: no candidate beat the "
+          "default by more than the measured noise, so the default route stays";
+    } else if (outOfTime) {
+      decision.winner = finalists.front()->route;
+      decision.reason = fmt::format(
+          "the fastest route whose median interval lies below the default's; it was not "
+          "re-measured interleaved with the default because the tuning timeout was reached "
+          "(provisional)");
+    } else {
+      say("finalists: re-measuring {} route{} interleaved with the default\n", finalists.size(),
+          finalists.size() == 1 ? "" : "s");
+      std::string failure;
+      bool stopped = false;
+      KILN_ASSIGN_OR_RETURN(
+          comparisons, runFinalistRound(study, finalists, *base, stop, Clock::time_point::max(),
+                                        failure, stopped));
+      if (stopped) {
+        say("\nstopped during the finalist round: every trial is recorded; resume with: {}\n",
+            resumeCommand.empty() ? "(not resumable without --cache)" : resumeCommand);
+        return kTuneExitInterrupted;
+      }
+      KILN_RETURN_IF_ERROR(store->setComparisons(comparisons));
+      const ComparisonRecord* best = nullptr;
+      for (const auto& c : comparisons) {
+        say("  {}: {} the default's speed ({} pairs){}\n", displayRoute(c.route),
+            formatRatio(c.comparison), c.comparison.pairs,
+            c.comparison.significantlyFaster() ? ", significant" : "");
+        if (c.comparison.significantlyFaster() &&
+            (!best || c.comparison.ratioMedian < best->comparison.ratioMedian)) {
+          best = &c;
+        }
+      }
+      if (!failure.empty()) {
+        decision.reason = failure + "; the default route stays";
+      } else if (!best) {
+        decision.reason = fmt::format(
+            "{} route{} beat the default in their own trials, but none was significantly faster "
+            "when re-measured interleaved with it (A/B in one process), so the default route "
+            "stays",
+            finalists.size(), finalists.size() == 1 ? "" : "s");
+      } else {
+        decision.winner = best->route;
+        decision.comparison = best->comparison;
+        decision.reason = fmt::format(
+            "the fastest of {} finalist{} re-measured interleaved with the default: {} its "
+            "speed over {} pairs at {:.0f}% confidence, the whole interval above 1",
+            finalists.size(), finalists.size() == 1 ? "" : "s", formatRatio(best->comparison),
+            best->comparison.pairs, best->comparison.confidence * 100);
+      }
+    }
+  }
+
+  // ---- outputs -------------------------------------------------------------------------------
+  const TrialRecord* winner = decision.winner ? findRecord(records, *decision.winner) : nullptr;
+  ReportInput report{
+      .options = &options,
+      .header = &store->header(),
+      .records = &records,
+      .comparisons = &comparisons,
+      .decision = &decision,
+      .secondPhaseKnobs = second.knobs,
+      .secondPhaseNote = second.note,
+      .generatedReferences = study.generatedReferences,
+      .elapsedSeconds = std::chrono::duration<double>(Clock::now() - started).count()};
+  say("\n{}", summaryText(report));
+  if (winner && !options.saveEngine.empty()) {
+    KILN_RETURN_IF_ERROR(copyEngine(*winner, options.saveEngine));
+    json manifest = manifestJson(report, *winner, base, versionsJson(), target);
+    manifest["engine"] = {{"file", fs::absolute(options.saveEngine).string()},
+                          {"hash", winner->engineHash}};
+    KILN_RETURN_IF_ERROR(
+        writeFileAtomically(manifestPathFor(options.saveEngine), manifest.dump(2) + "\n"));
+    say("saved the winning engine to {} and its manifest to {}\n", options.saveEngine.string(),
+        manifestPathFor(options.saveEngine).string());
+  }
+  fs::path reportPath = options.report;
+  if (reportPath.empty() && !options.saveEngine.empty()) {
+    reportPath = fs::path(options.saveEngine).replace_extension(".report.md");
+  }
+  if (!reportPath.empty()) {
+    KILN_RETURN_IF_ERROR(writeFileAtomically(reportPath, markdownReport(report)));
+    say("wrote the report to {}\n", reportPath.string());
+  }
+  if (!options.saveAllEngines.empty()) {
+    fs::create_directories(options.saveAllEngines);
+    json index = json::array();
+    for (const auto& record : records) {
+      if (record.enginePath.empty()) continue;
+      const std::string name =
+          fmt::format("{:04}-{}.kiln", record.iteration, knobs::stableHash(record.route));
+      KILN_RETURN_IF_ERROR(copyEngine(record, options.saveAllEngines / name));
+      index.push_back({{"file", name},
+                       {"route", record.route},
+                       {"status", trialStatusName(record.status)},
+                       {"median_ms", record.timing ? record.timing->summary.median : 0.0}});
+    }
+    KILN_RETURN_IF_ERROR(
+        writeFileAtomically(options.saveAllEngines / "index.json", index.dump(1) + "\n"));
+    say("kept {} engines in {}\n", index.size(), options.saveAllEngines.string());
+  }
+  if (!decision.provisional) {
+    KILN_RETURN_IF_ERROR(store->setHeaderField("decision", decisionJson(decision).dump()));
+    KILN_RETURN_IF_ERROR(store->setHeaderField("finished_at", isoNow()));
+    // The candidates' engines and trial folders were only needed until the decision.
+    std::error_code ignored;
+    fs::remove_all(study.workDir / "engines", ignored);
+    fs::remove_all(study.workDir / "trials", ignored);
+  } else if (!resumeCommand.empty()) {
+    say("the run is incomplete; finish it with: {}\n", resumeCommand);
+  }
+  return decision.winner ? 0 : 1;
+}
+
+}  // namespace kiln::tune

@@ -1,0 +1,77 @@
+// The global performance tuner: expands a route expression into candidate build routes, runs a
+// trial for each in a child process, excludes every route that crashes, hangs, runs out of
+// memory, fails to build or misses the accuracy threshold, and keeps the fastest remaining
+// engine only if it beats the default route by more than the measured noise (confirmed by an
+// interleaved re-measurement). Every completed trial is durable in the result store before the
+// next starts, so a stopped or killed run resumes where it was.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kiln/base/status.h"
+#include "kiln/knobs/route_expression.h"
+#include "kiln/tune/accuracy.h"
+#include "kiln/tune/report.h"
+#include "kiln/tune/trial.h"
+
+namespace kiln::tune {
+
+enum class SearchMode { kFast, kMixed, kFull };
+const char* searchModeName(SearchMode mode);
+Result<SearchMode> parseSearchMode(const std::string& text);
+
+// Full searches larger than this need --allow-large-search.
+inline constexpr uint64_t kLargeSearchRoutes = 64;
+
+struct TuneOptions {
+  // What is searched: these define a study and are kept in the store's header.
+  std::filesystem::path model;
+  std::string shapes;      // --shapes text
+  std::string expression;  // the route expression's text
+  SearchMode search = SearchMode::kFast;
+  std::vector<std::string> loadInputs;      // one input set per entry
+  std::vector<std::string> loadRefOutputs;  // its reference outputs (same count, or none)
+  uint64_t seed = 0;                        // for inputs not given
+  AccuracySettings accuracy;
+  TimingSettings timing;
+  int finalists = 3;  // routes re-measured interleaved with the default
+  TimingSettings finalTiming{.warmUpMs = 100, .minIterations = 30, .minSeconds = 1.0};
+  std::filesystem::path saveEngine;      // the winner's engine (+ .manifest.json beside it)
+  std::filesystem::path report;          // Markdown report ("" : beside saveEngine, if given)
+  std::filesystem::path saveAllEngines;  // every candidate's engine
+
+  // How this run goes: may differ between a run and its continuation.
+  std::filesystem::path cache;  // the result store ("" : a temporary one, not resumable)
+  bool resume = false;          // --continue
+  bool dryRun = false;
+  bool allowLargeSearch = false;
+  ChildLimits trialLimits{.timeoutSeconds = 600, .memoryBytes = 0};
+  double tuningTimeoutSeconds = 0;  // 0: none
+  std::string commandLine;
+  bool quiet = false;
+
+  nlohmann::json studyJson() const;
+  // Restores the study fields from studyJson(), keeping this object's run fields.
+  Status restoreStudy(const nlohmann::json& study);
+};
+
+// Process exit codes of a tuning run beyond 0/1/2/3 (see cli/commands.h).
+inline constexpr int kTuneExitInterrupted = 130;
+
+// Runs (or, with options.resume, continues) a tuning run; prints progress and the outcome to
+// stdout. `stop` is set by the caller's SIGINT/SIGTERM handler. Returns the process exit code;
+// user errors come back as a Status.
+Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop);
+
+// The routes a study searches first (fast: default + one change at a time; full: the product;
+// mixed: its fast phase), in order, as canonical texts with the baseline first.
+Result<std::vector<std::string>> firstPhaseRoutes(const knobs::RouteExpression& expression,
+                                                  SearchMode mode);
+
+}  // namespace kiln::tune
