@@ -49,18 +49,26 @@ Result<std::vector<ir::Tensor>> readInputSet(const std::filesystem::path& path,
 }
 
 // Warm-up, then runs until both the minimum count and the minimum duration are reached.
-Result<std::vector<double>> timeRuns(const cpu::Plan& plan, const std::vector<ir::Tensor>& inputs,
+// One run of an engine, as timed (with the test builds' injected delay, if any).
+Status runOnce(const cpu::Plan& plan, const knobs::Route& route,
+               const std::vector<ir::Tensor>& inputs) {
+  if (faultInjector().beforeRun) faultInjector().beforeRun(route);
+  return plan.run(inputs).status();
+}
+
+Result<std::vector<double>> timeRuns(const cpu::Plan& plan, const knobs::Route& route,
+                                     const std::vector<ir::Tensor>& inputs,
                                      const TimingSettings& timing) {
   const auto warmUpEnd = Clock::now() + std::chrono::duration<double, std::milli>(timing.warmUpMs);
   do {
-    KILN_RETURN_IF_ERROR(plan.run(inputs).status());
+    KILN_RETURN_IF_ERROR(runOnce(plan, route, inputs));
   } while (Clock::now() < warmUpEnd);
   std::vector<double> samples;
   const auto start = Clock::now();
   while (static_cast<int>(samples.size()) < timing.minIterations ||
          Clock::now() - start < std::chrono::duration<double>(timing.minSeconds)) {
     const auto begin = Clock::now();
-    KILN_RETURN_IF_ERROR(plan.run(inputs).status());
+    KILN_RETURN_IF_ERROR(runOnce(plan, route, inputs));
     samples.push_back(std::chrono::duration<double, std::milli>(Clock::now() - begin).count());
   }
   return samples;
@@ -141,7 +149,7 @@ Result<json> runBuildRequest(const json& request) {
     if (set == 0) firstInputs = std::move(inputs);
   }
   result["outputs"] = outputFiles;
-  auto samples = timeRuns(engine->plan, firstInputs, timing);
+  auto samples = timeRuns(engine->plan, config.route(), firstInputs, timing);
   if (!samples.isOk()) {
     result["status"] = "run-error";
     result["message"] = samples.status().message();
@@ -156,11 +164,14 @@ Result<json> runBuildRequest(const json& request) {
 Result<json> runInterleaveRequest(const json& request) {
   const TimingSettings timing = timingFromJson(request.at("timing"));
   std::vector<LoadedEngine> engines;
+  std::vector<knobs::Route> routes;
   for (const json& path : request.at("engines")) {
     auto engine = loadEngine(path.get<std::string>());
     if (!engine.isOk()) {
       return json{{"status", "build-error"}, {"message", engine.status().message()}};
     }
+    KILN_ASSIGN_OR_RETURN(knobs::Route route, knobs::Route::parse(engine->route));
+    routes.push_back(std::move(route));
     engines.push_back(std::move(engine).value());
   }
   const std::filesystem::path inputPath = request.at("inputs").get<std::string>();
@@ -173,7 +184,7 @@ Result<json> runInterleaveRequest(const json& request) {
     TimingSettings warmUp = timing;
     warmUp.minIterations = 0;
     warmUp.minSeconds = 0;
-    KILN_RETURN_IF_ERROR(timeRuns(engines[e].plan, inputs[e], warmUp).status());
+    KILN_RETURN_IF_ERROR(timeRuns(engines[e].plan, routes[e], inputs[e], warmUp).status());
   }
   std::vector<std::vector<double>> samples(engines.size());
   const auto start = Clock::now();
@@ -185,7 +196,7 @@ Result<json> runInterleaveRequest(const json& request) {
     for (size_t k = 0; k < count; ++k) {
       const size_t e = (round + k) % count;
       const auto begin = Clock::now();
-      KILN_RETURN_IF_ERROR(engines[e].plan.run(inputs[e]).status());
+      KILN_RETURN_IF_ERROR(runOnce(engines[e].plan, routes[e], inputs[e]));
       samples[e].push_back(std::chrono::duration<double, std::milli>(Clock::now() - begin).count());
     }
   }

@@ -43,11 +43,13 @@ inline constexpr int kTrialExitBadRequest = 87;   // the request file itself was
 int runTrialRequest(const std::filesystem::path& requestPath);
 
 // Test builds only: faults injected into trial children (tests/e2e/fault_injection.cc registers
-// the `test.fault` knob and sets this). afterBuild may crash, hang or exhaust memory;
-// onOutputs may corrupt the outputs the trial reports.
+// the `test.*` knobs and sets this). afterBuild may crash, hang, exhaust memory or exit without
+// a result; onOutputs may corrupt the outputs the trial reports; beforeRun (called before every
+// timed or warm-up run of an engine) may slow a route down by a known amount.
 struct FaultInjector {
   std::function<void(const knobs::Route&)> afterBuild;
   std::function<void(const knobs::Route&, std::vector<ir::Tensor>&)> onOutputs;
+  std::function<void(const knobs::Route&)> beforeRun;
 };
 void setFaultInjector(FaultInjector injector);
 

@@ -493,31 +493,23 @@ bool eligible(const TrialRecord* record) {
   return record && record->status == TrialStatus::kOk && record->timing.has_value();
 }
 
-// Mixed search's second phase: the product over the knobs whose one-off change was a
-// significant gain (each such knob at its baseline or one of its significant values), every
-// other knob at its baseline, less every route already measured. Deterministic, so that a
-// continued run plans exactly what the first run planned.
-struct SecondPhase {
-  std::vector<std::string> routes;
-  std::vector<std::string> knobs;  // "knob=[baseline|v1|...]" per selected axis
-  std::string note;
-};
+}  // namespace
 
-SecondPhase planSecondPhase(const Study& study, const std::vector<TrialRecord>& records) {
+SecondPhase planSecondPhase(const knobs::RouteExpression& expression,
+                            const std::vector<TrialRecord>& records) {
   SecondPhase plan;
-  const TrialRecord* base = findRecord(records, study.baseline);
+  const TrialRecord* base = findRecord(records, expression.pinned.canonicalText());
   if (!eligible(base)) {
     plan.note = "the default route is not eligible, so no gain over it can be significant";
     return plan;
   }
   std::vector<std::pair<const knobs::KnobAxis*, std::vector<std::string>>> selected;
-  for (const auto& axis : study.expression.axes) {
-    const std::string baselineValue = study.expression.baselineValue(axis);
+  for (const auto& axis : expression.axes) {
+    const std::string baselineValue = expression.baselineValue(axis);
     std::vector<std::string> gains;
     for (const auto& value : axis.values) {
       if (value == baselineValue) continue;
-      const std::string route =
-          knobs::withSetting(study.expression.pinned, axis, value).canonicalText();
+      const std::string route = knobs::withSetting(expression.pinned, axis, value).canonicalText();
       const TrialRecord* record = findRecord(records, route);
       if (eligible(record) && significantlyFaster(*record->timing, *base->timing)) {
         gains.push_back(value);
@@ -530,7 +522,7 @@ SecondPhase planSecondPhase(const Study& study, const std::vector<TrialRecord>& 
       selected.emplace_back(&axis, std::move(gains));
     }
   }
-  std::vector<knobs::Route> routes{study.expression.pinned};
+  std::vector<knobs::Route> routes{expression.pinned};
   for (const auto& [axis, gains] : selected) {
     std::vector<knobs::Route> next;
     for (const auto& route : routes) {
@@ -552,6 +544,8 @@ SecondPhase planSecondPhase(const Study& study, const std::vector<TrialRecord>& 
   }
   return plan;
 }
+
+namespace {
 
 // ---- the finalist round and the decision ----------------------------------------------------
 
@@ -705,6 +699,12 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
   // The model, once, in this process: output names, input shapes, and generated references.
   KILN_ASSIGN_OR_RETURN(std::string modelBytes, readFileBytes(options.model));
   const std::string modelHash = modelHashOf(modelBytes);
+  if (store && store->header().count("model_hash") &&
+      store->header().at("model_hash") != modelHash) {
+    return invalidInput("{}: the model changed since the run started ({} is {} now, {} then)",
+                        options.cache.string(), options.model.string(), modelHash,
+                        store->header().at("model_hash"));
+  }
   onnx::ImportOptions importOptions;
   KILN_ASSIGN_OR_RETURN(importOptions.inputShapes, onnx::parseShapeSpec(options.shapes));
   KILN_ASSIGN_OR_RETURN(onnx::Model model, onnx::importModel(options.model, importOptions));
@@ -734,11 +734,7 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
       auto it = header.find(key);
       return it == header.end() ? std::string() : it->second;
     };
-    if (field("model_hash") != modelHash) {
-      return invalidInput("{}: the model changed since the run started ({} is {} now, {} then)",
-                          options.cache.string(), options.model.string(), modelHash,
-                          field("model_hash"));
-    }
+
     if (field("target") != target.dump()) {
       return invalidInput(
           "{}: the run started on another target or kiln ({} then, {} now); start a new run here",
@@ -850,7 +846,7 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
   KILN_RETURN_IF_ERROR(runPhase(phaseOne, 1));
   SecondPhase second;
   if (options.search == SearchMode::kMixed && !interrupted && !outOfTime) {
-    second = planSecondPhase(study, records);
+    second = planSecondPhase(study.expression, records);
     say("phase two: {} routes over {}{}\n", second.routes.size(),
         second.knobs.empty() ? "no knobs" : fmt::format("{}", fmt::join(second.knobs, " ")),
         second.note.empty() ? "" : " (" + second.note + ")");

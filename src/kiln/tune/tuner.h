@@ -18,6 +18,7 @@
 #include "kiln/knobs/route_expression.h"
 #include "kiln/tune/accuracy.h"
 #include "kiln/tune/report.h"
+#include "kiln/tune/store.h"
 #include "kiln/tune/trial.h"
 
 namespace kiln::tune {
@@ -73,5 +74,17 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop);
 // mixed: its fast phase), in order, as canonical texts with the baseline first.
 Result<std::vector<std::string>> firstPhaseRoutes(const knobs::RouteExpression& expression,
                                                   SearchMode mode);
+
+// Mixed search's second phase: the product over the knobs whose one-off change was a
+// significant gain (each such knob at its baseline value or one of its significant values),
+// every other knob at its baseline, less every route already measured. Deterministic, so that a
+// continued run plans exactly what the first run planned.
+struct SecondPhase {
+  std::vector<std::string> routes;  // canonical texts, not yet measured
+  std::vector<std::string> knobs;   // "knob=[baseline|v1|...]" per combined axis
+  std::string note;                 // why nothing (or little) is combined
+};
+SecondPhase planSecondPhase(const knobs::RouteExpression& expression,
+                            const std::vector<TrialRecord>& records);
 
 }  // namespace kiln::tune

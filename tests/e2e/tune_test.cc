@@ -1,0 +1,483 @@
+// `kiln tune` end to end, as a user runs it: dry runs, real searches on the sample model, every
+// way a trial can fail (through kiln_faulty's test.* knobs), kill -9 and SIGINT followed by
+// --continue, the tuning timeout, and caches that must be refused.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <regex>
+#include <set>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "kiln/base/file.h"
+#include "kiln/ir/npy.h"
+#include "kiln/knobs/route.h"
+#include "kiln/tune/store.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using kiln::tune::TrialRecord;
+using kiln::tune::TrialStatus;
+
+struct Outcome {
+  int exitCode = -1;
+  std::string out;
+  std::string err;
+};
+
+// Small timing budgets: these tests check behaviour, not speed.
+const std::string kQuickTiming = "--warmUp 0 --iterations 5 --duration 0.05";
+
+class KilnTune : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() / fmt::format("kiln_tune_{}_{}", info->name(), ::getpid());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  Outcome run(const std::string& binary, const std::string& args) {
+    const fs::path out = dir_ / "stdout.txt";
+    const fs::path err = dir_ / "stderr.txt";
+    const std::string command = fmt::format("cd '{}' && '{}' {} > '{}' 2> '{}'", dir_.string(),
+                                            binary, args, out.string(), err.string());
+    const int status = std::system(command.c_str());
+    Outcome outcome;
+    outcome.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    outcome.out = kiln::readFileBytes(out).value();
+    outcome.err = kiln::readFileBytes(err).value();
+    return outcome;
+  }
+  Outcome kiln(const std::string& args) { return run(KILN_BINARY, args); }
+  Outcome faulty(const std::string& args) { return run(KILN_FAULTY_BINARY, args); }
+
+  // Starts kiln_faulty in the background (its own argv, no shell, so signals reach it).
+  pid_t start(const std::vector<std::string>& args, const fs::path& log) {
+    std::vector<std::string> storage{KILN_FAULTY_BINARY};
+    storage.insert(storage.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& arg : storage) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      if (::chdir(dir_.c_str()) != 0) ::_exit(126);
+      FILE* file = std::freopen(log.c_str(), "w", stdout);
+      if (!file) ::_exit(126);
+      ::dup2(::fileno(stdout), STDERR_FILENO);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    return pid;
+  }
+
+  static int waitFor(pid_t pid) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+  // The trials recorded so far; empty while the store does not exist yet or is being created.
+  std::vector<TrialRecord> recorded(const fs::path& cache) {
+    if (!fs::exists(cache)) return {};
+    auto store = kiln::tune::TuneStore::open(cache);
+    if (!store.isOk()) return {};
+    auto trials = store->trials();
+    return trials.isOk() ? *trials : std::vector<TrialRecord>{};
+  }
+
+  // Waits (up to a minute) until at least `count` trials are recorded.
+  bool waitForTrials(const fs::path& cache, size_t count, pid_t pid) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < end) {
+      if (recorded(cache).size() >= count) return true;
+      int status = 0;
+      if (::waitpid(pid, &status, WNOHANG) == pid) return recorded(cache).size() >= count;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+
+  static std::map<std::string, std::string> statusesByRoute(const std::vector<TrialRecord>& r) {
+    std::map<std::string, std::string> statuses;
+    for (const auto& record : r)
+      statuses[record.route] = kiln::tune::trialStatusName(record.status);
+    return statuses;
+  }
+
+  std::map<std::string, std::string> headerOf(const fs::path& cache) {
+    auto store = kiln::tune::TuneStore::open(cache);
+    EXPECT_TRUE(store.isOk()) << store.status().message();
+    return store.isOk() ? store->header() : std::map<std::string, std::string>{};
+  }
+
+  fs::path dir_;
+};
+
+std::string sample() { return KILN_SAMPLE_MODEL; }
+
+int countRouteLines(const std::string& out) {
+  // --dry-run lists "  <number>  <route>" lines.
+  static const std::regex kRouteLine(R"(^ +[0-9]+  \S.*$)");
+  int lines = 0;
+  std::istringstream stream(out);
+  for (std::string line; std::getline(stream, line);) lines += std::regex_match(line, kRouteLine);
+  return lines;
+}
+
+TEST_F(KilnTune, DryRunCountsFastFullAndMixed) {
+  const std::string expression =
+      "-cpu.conv.algo=[auto|im2col|direct] -fusion.conv_act=* -graph.layout=*";
+  Outcome fast = kiln(fmt::format("tune {} --tune '{}' --dry-run", sample(), expression));
+  ASSERT_EQ(fast.exitCode, 0) << fast.err;
+  EXPECT_NE(fast.out.find("fast search: 5 routes"), std::string::npos) << fast.out;  // 1+2+1+1
+  EXPECT_EQ(countRouteLines(fast.out), 5) << fast.out;
+
+  Outcome full =
+      kiln(fmt::format("tune {} --tune '{}' --search full --dry-run", sample(), expression));
+  ASSERT_EQ(full.exitCode, 0) << full.err;
+  EXPECT_NE(full.out.find("full search: 12 routes"), std::string::npos) << full.out;  // 3*2*2
+  EXPECT_EQ(countRouteLines(full.out), 12);
+
+  Outcome mixed =
+      kiln(fmt::format("tune {} --tune '{}' --search mixed --dry-run", sample(), expression));
+  ASSERT_EQ(mixed.exitCode, 0) << mixed.err;
+  EXPECT_NE(mixed.out.find("mixed search: 5 routes in phase one"), std::string::npos) << mixed.out;
+  EXPECT_NE(mixed.out.find("phase two: at most 7 more routes"), std::string::npos) << mixed.out;
+
+  // Per-node knobs are searched like any other.
+  Outcome perNode = kiln(fmt::format(
+      "tune {} --tune '-fusion.conv_act@block*=[on|off] -cpu.threads=1' --dry-run", sample()));
+  ASSERT_EQ(perNode.exitCode, 0) << perNode.err;
+  EXPECT_NE(perNode.out.find("-cpu.threads=1 -fusion.conv_act@block*=off"), std::string::npos)
+      << perNode.out;
+  EXPECT_EQ(countRouteLines(perNode.out), 2);
+}
+
+TEST_F(KilnTune, LargeFullSearchNeedsConfirmation) {
+  // 5 * 4 * 2 * 2 * 2 = 160 routes.
+  const std::string expression =
+      "-cpu.conv.algo=* -cpu.gemm.kc=* -graph.layout=* -fusion.conv_act=* -fusion.gemm_act=*";
+  Outcome refused =
+      kiln(fmt::format("tune {} --tune '{}' --search full --dry-run", sample(), expression));
+  EXPECT_EQ(refused.exitCode, 1);
+  EXPECT_NE(refused.err.find("160 routes"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("--allow-large-search"), std::string::npos) << refused.err;
+  Outcome allowed = kiln(fmt::format(
+      "tune {} --tune '{}' --search full --dry-run --allow-large-search", sample(), expression));
+  EXPECT_EQ(allowed.exitCode, 0) << allowed.err;
+  EXPECT_EQ(countRouteLines(allowed.out), 160);
+}
+
+TEST_F(KilnTune, BadExpressionsAndFlagsAreUserErrors) {
+  Outcome unknown =
+      kiln(fmt::format("tune {} --tune '-fusion.conv_akt=[on|off]' --dry-run", sample()));
+  EXPECT_EQ(unknown.exitCode, 1);
+  EXPECT_NE(unknown.err.find("fusion.conv_act"), std::string::npos) << unknown.err;  // did you mean
+  Outcome none = kiln(fmt::format("tune {}", sample()));
+  EXPECT_EQ(none.exitCode, 1);
+  EXPECT_NE(none.err.find("--tune"), std::string::npos) << none.err;
+  Outcome metric =
+      kiln(fmt::format("tune {} --tune '-graph.layout=*' --accuracy-metric l1", sample()));
+  EXPECT_EQ(metric.exitCode, 1);
+  EXPECT_NE(metric.err.find("--accuracy-threshold"), std::string::npos) << metric.err;
+}
+
+TEST_F(KilnTune, EveryFaultIsRecordedAndExcluded) {
+  Outcome outcome =
+      faulty(fmt::format("tune {} --tune '-test.fault=*' --cache tune.db --trial-timeout 5 "
+                         "--trial-memory-limit 1024 {}",
+                         sample(), kQuickTiming));
+  ASSERT_EQ(outcome.exitCode, 0) << outcome.out << outcome.err;
+  const auto trials = recorded(dir_ / "tune.db");
+  ASSERT_EQ(trials.size(), 7u) << outcome.out;
+  std::map<std::string, const TrialRecord*> byRoute;
+  for (const auto& t : trials) byRoute[t.route] = &t;
+  auto expect = [&](const std::string& route, TrialStatus status, const std::string& message) {
+    ASSERT_TRUE(byRoute.count(route)) << route;
+    const TrialRecord& t = *byRoute[route];
+    EXPECT_EQ(kiln::tune::trialStatusName(t.status),
+              std::string(kiln::tune::trialStatusName(status)))
+        << route << ": " << t.message;
+    EXPECT_NE(t.message.find(message), std::string::npos) << route << ": " << t.message;
+  };
+  expect("", TrialStatus::kOk, "");
+  expect("-test.fault=crash", TrialStatus::kCrash, "SIGSEGV");
+  expect("-test.fault=hang", TrialStatus::kTimeout, "--trial-timeout");
+  expect("-test.fault=oom", TrialStatus::kOom, "1024 MiB");
+  expect("-test.fault=noresult", TrialStatus::kCrash, "without a readable result");
+  expect("-test.fault=wrong", TrialStatus::kAccuracyFail, "exceeds the threshold");
+  expect("-test.fault=nan", TrialStatus::kAccuracyFail, "NaN at element 0");
+  // Only the default route was eligible, so it stays; the summary names every exclusion.
+  EXPECT_NE(outcome.out.find("winner: (default)"), std::string::npos) << outcome.out;
+  EXPECT_NE(outcome.out.find("excluded -test.fault=hang: timeout"), std::string::npos)
+      << outcome.out;
+}
+
+TEST_F(KilnTune, BuildErrorsAreRecordedAndTheRunGoesOn) {
+  Outcome outcome = kiln(fmt::format(
+      "tune {} --tune '-fusion.conv_act@no_such_node=[on|off] -graph.layout=*' --cache tune.db {}",
+      sample(), kQuickTiming));
+  ASSERT_EQ(outcome.exitCode, 0) << outcome.out << outcome.err;
+  const auto statuses = statusesByRoute(recorded(dir_ / "tune.db"));
+  ASSERT_EQ(statuses.size(), 3u);
+  EXPECT_EQ(statuses.at("-fusion.conv_act@no_such_node=off"), "build-error");
+  EXPECT_EQ(statuses.at("-graph.layout=nhwc"), "ok");
+}
+
+TEST_F(KilnTune, MixedSearchCombinesTheSignificantGains) {
+  // Each delay knob adds 4 ms a run when on (its default); turning either off is a large,
+  // certain gain, so phase two is exactly the route with both off. Direct convolution is slower.
+  Outcome outcome = faulty(
+      fmt::format("tune {} --tune '-test.delay_a=* -test.delay_b=* -cpu.conv.algo=[auto|direct]' "
+                  "--search mixed --cache tune.db --saveEngine best.kiln {}",
+                  sample(), kQuickTiming));
+  ASSERT_EQ(outcome.exitCode, 0) << outcome.out << outcome.err;
+  const auto trials = recorded(dir_ / "tune.db");
+  ASSERT_EQ(trials.size(), 5u) << outcome.out;
+  int phaseTwo = 0;
+  for (const auto& t : trials) {
+    EXPECT_EQ(t.status, TrialStatus::kOk) << t.route << ": " << t.message;
+    if (t.phase == 2) {
+      ++phaseTwo;
+      EXPECT_EQ(t.route, "-test.delay_a=off -test.delay_b=off");
+    }
+  }
+  EXPECT_EQ(phaseTwo, 1);
+  EXPECT_NE(outcome.out.find("winner: -test.delay_a=off -test.delay_b=off"), std::string::npos)
+      << outcome.out;
+
+  // The engine, its manifest and the report agree with the store.
+  const auto header = headerOf(dir_ / "tune.db");
+  ASSERT_TRUE(header.count("decision"));
+  EXPECT_EQ(json::parse(header.at("decision")).at("winner"), "-test.delay_a=off -test.delay_b=off");
+  const json manifest = json::parse(kiln::readFileBytes(dir_ / "best.manifest.json").value());
+  EXPECT_EQ(manifest.at("route"), "-test.delay_a=off -test.delay_b=off");
+  EXPECT_EQ(manifest.at("model").at("hash"), header.at("model_hash"));
+  const std::string engineBytes = kiln::readFileBytes(dir_ / "best.kiln").value();
+  EXPECT_EQ(manifest.at("engine").at("hash"), "fnv1a64:" + kiln::knobs::stableHash(engineBytes));
+  EXPECT_GT(manifest.at("decision").at("speedup").at("low").get<double>(), 1.0);
+  EXPECT_TRUE(manifest.at("references_generated").get<bool>());
+  const std::string report = kiln::readFileBytes(dir_ / "best.report.md").value();
+  for (const auto& t : trials) {
+    EXPECT_NE(report.find("`" + (t.route.empty() ? std::string("(default)") : t.route) + "`"),
+              std::string::npos)
+        << t.route;
+  }
+  EXPECT_NE(report.find("generated"), std::string::npos);
+  // The saved engine runs.
+  Outcome ran = faulty("run best.kiln --iterations 1 --duration 0 --warmUp 0");
+  EXPECT_EQ(ran.exitCode, 0) << ran.err;
+}
+
+TEST_F(KilnTune, KillNineAtSeveralPointsThenContinueLosesAndRepeatsNothing) {
+  const std::vector<std::string> args = {
+      "tune",         sample(),
+      "--tune",       "-test.delay_a=* -test.delay_b=* -cpu.conv.algo=[auto|direct]",
+      "--search",     "mixed",
+      "--cache",      "tune.db",
+      "--warmUp",     "0",
+      "--iterations", "5",
+      "--duration",   "0.05"};
+  const fs::path cache = dir_ / "tune.db";
+  // Kill points: during the first trial, after two, during phase two (4 recorded), and in the
+  // finalist round (all 5 recorded).
+  bool first = true;
+  for (size_t point : {0u, 2u, 4u, 5u}) {
+    std::vector<std::string> attempt = args;
+    if (!first) attempt = {"tune", "--continue", "--cache", "tune.db"};
+    const pid_t pid = start(attempt, dir_ / fmt::format("log_{}.txt", point));
+    if (point == 0) {
+      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (!fs::exists(dir_ / "tune.db.d" / "trials" / "0" / "request.json") &&
+             std::chrono::steady_clock::now() < end) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    } else {
+      ASSERT_TRUE(waitForTrials(cache, point, pid)) << "never reached " << point << " trials";
+    }
+    ::kill(pid, SIGKILL);
+    EXPECT_EQ(waitFor(pid), 128 + SIGKILL);
+    const auto trials = recorded(cache);
+    for (size_t i = 0; i < trials.size(); ++i)
+      EXPECT_EQ(trials[i].iteration, static_cast<int64_t>(i));
+    first = false;
+  }
+  Outcome finished = faulty("tune --continue --cache tune.db");
+  ASSERT_EQ(finished.exitCode, 0) << finished.out << finished.err;
+  const auto resumed = recorded(cache);
+
+  // The same study without interruption.
+  Outcome straight = faulty(
+      fmt::format("tune {} --tune '-test.delay_a=* -test.delay_b=* -cpu.conv.algo=[auto|direct]' "
+                  "--search mixed --cache straight.db {}",
+                  sample(), kQuickTiming));
+  ASSERT_EQ(straight.exitCode, 0) << straight.err;
+  const auto uninterrupted = recorded(dir_ / "straight.db");
+  EXPECT_EQ(statusesByRoute(resumed), statusesByRoute(uninterrupted));
+  EXPECT_EQ(resumed.size(), uninterrupted.size());  // no trial repeated (routes are unique)
+  std::set<std::string> routes;
+  for (const auto& t : resumed) EXPECT_TRUE(routes.insert(t.route).second) << t.route;
+  EXPECT_EQ(json::parse(headerOf(cache).at("decision")).at("winner"),
+            "-test.delay_a=off -test.delay_b=off");
+  // A finished run has nothing left to do.
+  Outcome again = faulty("tune --continue --cache tune.db");
+  EXPECT_EQ(again.exitCode, 0);
+  EXPECT_NE(again.out.find("nothing remains"), std::string::npos) << again.out;
+  EXPECT_EQ(recorded(cache).size(), resumed.size());
+}
+
+TEST_F(KilnTune, SigintStopsCleanlyAndSaysHowToResume) {
+  const fs::path log = dir_ / "log.txt";
+  const pid_t pid =
+      start({"tune", sample(), "--tune", "-test.delay_a=* -cpu.conv.algo=*", "--cache", "tune.db",
+             "--warmUp", "0", "--iterations", "5", "--duration", "0.05"},
+            log);
+  ASSERT_TRUE(waitForTrials(dir_ / "tune.db", 1, pid));
+  ::kill(pid, SIGINT);
+  EXPECT_EQ(waitFor(pid), 130);
+  const std::string out = kiln::readFileBytes(log).value();
+  EXPECT_NE(out.find("stopped:"), std::string::npos) << out;
+  EXPECT_NE(out.find("resume with: kiln tune --continue --cache tune.db"), std::string::npos)
+      << out;
+  const size_t before = recorded(dir_ / "tune.db").size();
+  EXPECT_LT(before, 6u);  // 1 + 1 + 4 routes planned
+  Outcome resumed = faulty("tune --continue --cache tune.db");
+  ASSERT_EQ(resumed.exitCode, 0) << resumed.out << resumed.err;
+  EXPECT_NE(resumed.out.find(fmt::format("continuing: {} trials already recorded", before)),
+            std::string::npos)
+      << resumed.out;
+  EXPECT_EQ(recorded(dir_ / "tune.db").size(), 6u);
+}
+
+TEST_F(KilnTune, TuningTimeoutFinishesCleanly) {
+  const auto begin = std::chrono::steady_clock::now();
+  Outcome outcome =
+      faulty(fmt::format("tune {} --tune '-test.fault=[none|hang] -graph.layout=*' --cache tune.db "
+                         "--trial-timeout 120 --tuning-timeout 4 {}",
+                         sample(), kQuickTiming));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  EXPECT_EQ(outcome.exitCode, 0) << outcome.out << outcome.err;
+  EXPECT_LT(seconds, 60);  // the hanging trial was stopped by the run's deadline, not its own
+  EXPECT_NE(outcome.out.find("tuning timeout"), std::string::npos) << outcome.out;
+  const auto header = headerOf(dir_ / "tune.db");
+  EXPECT_EQ(header.count("finished_at"), 0u);  // incomplete: --continue would finish it
+  for (const auto& t : recorded(dir_ / "tune.db")) EXPECT_NE(t.route, "-test.fault=hang");
+}
+
+TEST_F(KilnTune, CorruptForeignAndMismatchedCachesAreRefused) {
+  ASSERT_TRUE(kiln::writeFileAtomically(dir_ / "text.db", "hello, not a database\n").isOk());
+  Outcome text = kiln("tune --continue --cache text.db");
+  EXPECT_EQ(text.exitCode, 1);
+  EXPECT_NE(text.err.find("text.db"), std::string::npos) << text.err;
+  EXPECT_NE(text.err.find("not a SQLite database"), std::string::npos) << text.err;
+  EXPECT_EQ(kiln::readFileBytes(dir_ / "text.db").value(), "hello, not a database\n");
+
+  // A real cache, then a truncated copy of it.
+  Outcome made = kiln(
+      fmt::format("tune {} --tune '-graph.layout=*' --cache tune.db {}", sample(), kQuickTiming));
+  ASSERT_EQ(made.exitCode, 0) << made.err;
+  const std::string bytes = kiln::readFileBytes(dir_ / "tune.db").value();
+  ASSERT_TRUE(
+      kiln::writeFileAtomically(dir_ / "cut.db", bytes.substr(0, bytes.size() / 2 + 7)).isOk());
+  Outcome cut = kiln("tune --continue --cache cut.db");
+  EXPECT_EQ(cut.exitCode, 1);
+  EXPECT_NE(cut.err.find("cut.db"), std::string::npos) << cut.err;
+
+  // A fresh run may not overwrite a cache; a continued one may not change the study.
+  Outcome overwrite =
+      kiln(fmt::format("tune {} --tune '-graph.layout=*' --cache tune.db", sample()));
+  EXPECT_EQ(overwrite.exitCode, 1);
+  EXPECT_NE(overwrite.err.find("--continue"), std::string::npos) << overwrite.err;
+  Outcome changed = kiln("tune --continue --cache tune.db --tune '-fusion.conv_act=*'");
+  EXPECT_EQ(changed.exitCode, 1);
+  EXPECT_NE(changed.err.find("cannot be changed"), std::string::npos) << changed.err;
+
+  // A model that changed after the run started.
+  fs::copy_file(sample(), dir_ / "model.onnx");
+  Outcome started =
+      kiln(fmt::format("tune model.onnx --tune '-graph.layout=*' --cache m.db {}", kQuickTiming));
+  ASSERT_EQ(started.exitCode, 0) << started.err;
+  std::string model = kiln::readFileBytes(dir_ / "model.onnx").value();
+  model += std::string("\x0a\x00", 2);  // an extra empty field: still a valid ModelProto
+  ASSERT_TRUE(kiln::writeFileAtomically(dir_ / "model.onnx", model).isOk());
+  Outcome moved = kiln("tune --continue --cache m.db");
+  EXPECT_EQ(moved.exitCode, 1);
+  EXPECT_NE(moved.err.find("the model changed since the run started"), std::string::npos)
+      << moved.err;
+}
+
+TEST_F(KilnTune, GivenReferencesDecideEligibility) {
+  // Inputs written by the test, references from the reference executor through `kiln run`.
+  kiln::ir::Tensor image(kiln::ir::DType::kFloat32, kiln::ir::Shape{1, 3, 32, 32});
+  float v = -1.0f;
+  for (float& x : image.mutableData<float>()) x = (v += 0.0007f);
+  ASSERT_TRUE(kiln::ir::writeNpz(dir_ / "in.npz", {{"image", image}}).isOk());
+  ASSERT_EQ(kiln(fmt::format("run {} --backend reference --loadInputs in.npz --saveOutputs "
+                             "ref.npz --iterations 1 --duration 0 --warmUp 0",
+                             sample()))
+                .exitCode,
+            0);
+  Outcome good = kiln(
+      fmt::format("tune {} --tune '-graph.layout=*' --loadInputs in.npz --loadRefOutputs ref.npz "
+                  "--saveEngine best.kiln {}",
+                  sample(), kQuickTiming));
+  ASSERT_EQ(good.exitCode, 0) << good.out << good.err;
+  EXPECT_NE(good.out.find("references given"), std::string::npos) << good.out;
+  EXPECT_FALSE(json::parse(kiln::readFileBytes(dir_ / "best.manifest.json").value())
+                   .at("references_generated")
+                   .get<bool>());
+
+  // Wrong references: no route can be eligible, and kiln says so.
+  kiln::ir::Tensor wrong = kiln::ir::readNpz(dir_ / "ref.npz").value()[0].second;
+  for (float& x : wrong.mutableData<float>()) x = 1.0f - x;
+  ASSERT_TRUE(kiln::ir::writeNpz(dir_ / "wrong.npz", {{"probs", wrong}}).isOk());
+  Outcome bad = kiln(fmt::format(
+      "tune {} --tune '-graph.layout=*' --loadInputs in.npz --loadRefOutputs wrong.npz {}",
+      sample(), kQuickTiming));
+  EXPECT_EQ(bad.exitCode, 1) << bad.out;
+  EXPECT_NE(bad.out.find("no route was eligible"), std::string::npos) << bad.out;
+
+  // Reference files must pair with input sets.
+  Outcome unpaired =
+      kiln(fmt::format("tune {} --tune '-graph.layout=*' --loadInputs in.npz --loadInputs in.npz "
+                       "--loadRefOutputs ref.npz",
+                       sample()));
+  EXPECT_EQ(unpaired.exitCode, 1);
+  EXPECT_NE(unpaired.err.find("each reference file belongs to one input set"), std::string::npos)
+      << unpaired.err;
+}
+
+TEST_F(KilnTune, SaveAllEnginesKeepsEveryCandidateAndCacheExports) {
+  Outcome outcome =
+      kiln(fmt::format("tune {} --tune '-graph.layout=* -fusion.conv_act=*' --cache tune.db "
+                       "--save-all-engines all {}",
+                       sample(), kQuickTiming));
+  ASSERT_EQ(outcome.exitCode, 0) << outcome.out << outcome.err;
+  const json index = json::parse(kiln::readFileBytes(dir_ / "all" / "index.json").value());
+  ASSERT_EQ(index.size(), 3u);
+  for (const auto& entry : index) {
+    EXPECT_TRUE(fs::exists(dir_ / "all" / entry.at("file").get<std::string>()));
+  }
+  Outcome exported = kiln("cache export --jsonl tune.db");
+  ASSERT_EQ(exported.exitCode, 0) << exported.err;
+  std::istringstream lines(exported.out);
+  int count = 0;
+  for (std::string line; std::getline(lines, line); ++count) {
+    EXPECT_NO_THROW(json::parse(line)) << line;
+  }
+  EXPECT_GE(count, 4);  // the header and three trials (and any comparisons)
+}
+
+}  // namespace
