@@ -128,12 +128,19 @@ std::vector<Route> expandProduct(const RouteExpression& expression,
   for (const auto& axis : axes) {
     std::vector<Route> next;
     for (const auto& route : routes) {
-      for (const auto& value : axis.values) next.push_back(withSetting(route, axis, value));
+      for (const auto& value : axis.values) {
+        // A per-node value equal to the baseline's is the baseline under another name: leave
+        // the route as it is, as fast search does, so no route is built twice.
+        if (!axis.selector.empty() && value == expression.baselineValue(axis)) {
+          next.push_back(route);
+        } else {
+          next.push_back(withSetting(route, axis, value));
+        }
+      }
     }
     routes = std::move(next);
   }
-  // A per-node value equal to the global one canonicalises differently from its absence, so
-  // routes stay distinct; duplicates can only come from repeated values, removed at parse.
+  // Duplicates could only come from repeated values, removed at parse.
   return routes;
 }
 

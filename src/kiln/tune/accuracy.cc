@@ -59,6 +59,10 @@ Status parseThresholds(const std::string& text, AccuracySettings& settings) {
   std::string entry;
   bool any = false;
   while (std::getline(entries, entry, ',')) {
+    // "1e-3, out:0.5": spaces around entries are not part of output names.
+    const auto first = entry.find_first_not_of(" \t");
+    const auto last = entry.find_last_not_of(" \t");
+    entry = first == std::string::npos ? "" : entry.substr(first, last - first + 1);
     if (entry.empty()) continue;
     any = true;
     // An output name may itself contain ':' (exporters write "output:0"), so split at the last.
@@ -84,6 +88,7 @@ double computeLoss(Metric metric, const ir::Tensor& output, const ir::Tensor& re
   if (n == 0) return 0;
   double sum = 0, worst = 0, dot = 0, outNorm = 0, refNorm = 0;
   int64_t outside = 0;
+  bool differs = false;
   for (int64_t i = 0; i < n; ++i) {
     const double x = output.elementAsDouble(i);
     const double r = reference.elementAsDouble(i);
@@ -95,6 +100,7 @@ double computeLoss(Metric metric, const ir::Tensor& output, const ir::Tensor& re
       refNorm += std::isfinite(r) ? r * r : 0;
       continue;
     }
+    differs = true;
     const double diff = std::abs(x - r);
     switch (metric) {
       case Metric::kL0:
@@ -126,7 +132,8 @@ double computeLoss(Metric metric, const ir::Tensor& output, const ir::Tensor& re
     case Metric::kLinf:
       return worst;
     case Metric::kCos: {
-      if (outNorm == 0 && refNorm == 0) return 0;  // both all zeros: identical
+      // Identical tensors: exactly 0, not the rounding of sqrt(a) * sqrt(a) against a.
+      if (!differs || (outNorm == 0 && refNorm == 0)) return 0;
       if (outNorm == 0 || refNorm == 0) return 1;  // one of them all zeros: orthogonal
       const double cosine = dot / (std::sqrt(outNorm) * std::sqrt(refNorm));
       return std::max(0.0, 1.0 - cosine);

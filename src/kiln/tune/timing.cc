@@ -9,20 +9,24 @@ namespace kiln::tune {
 
 namespace {
 
-// P(X <= k) for X ~ Binomial(n, 1/2), summed in log space so that n in the thousands is fine.
-double binomialHalfCdf(int n, int k) {
-  if (k < 0) return 0;
-  if (k >= n) return 1;
-  double total = 0;
-  const double logHalfN = -n * std::log(2.0);
-  for (int i = 0; i <= k; ++i) {
-    total +=
-        std::exp(std::lgamma(n + 1.0) - std::lgamma(i + 1.0) - std::lgamma(n - i + 1.0) + logHalfN);
-  }
-  return std::min(total, 1.0);
+// log P(X = i) for X ~ Binomial(n, 1/2).
+double logBinomialHalfPmf(int n, int i) {
+  return std::lgamma(n + 1.0) - std::lgamma(i + 1.0) - std::lgamma(n - i + 1.0) - n * std::log(2.0);
 }
 
 }  // namespace
+
+bool intervalReachesConfidence(int n, double confidence) {
+  return n > 0 && 2 * std::exp(n * std::log(0.5)) <= 1 - confidence;
+}
+
+bool TrialTiming::reachesConfidence() const {
+  return intervalReachesConfidence(summary.count, confidence);
+}
+
+bool PairedComparison::reachesConfidence() const {
+  return intervalReachesConfidence(pairs, confidence);
+}
 
 std::pair<double, double> medianConfidenceInterval(const std::vector<double>& sorted,
                                                    double confidence) {
@@ -30,14 +34,14 @@ std::pair<double, double> medianConfidenceInterval(const std::vector<double>& so
   if (n == 0) return {0, 0};
   const double alpha = 1 - confidence;
   // The interval [x_(k), x_(n-k+1)] (1-based) misses the median with probability
-  // 2 * P(X <= k-1); take the largest k that keeps that within alpha.
+  // 2 * P(X <= k-1); take the largest k that keeps that within alpha. The CDF is accumulated
+  // as k grows, so this is linear in n.
   int best = 0;
+  double cdf = 0;  // P(X <= k-1)
   for (int k = 1; k <= (n + 1) / 2; ++k) {
-    if (2 * binomialHalfCdf(n, k - 1) <= alpha) {
-      best = k;
-    } else {
-      break;
-    }
+    cdf += std::exp(logBinomialHalfPmf(n, k - 1));
+    if (2 * cdf > alpha) break;
+    best = k;
   }
   if (best == 0) return {sorted.front(), sorted.back()};
   return {sorted[best - 1], sorted[n - best]};
@@ -55,7 +59,7 @@ TrialTiming analyzeTimings(std::vector<double> samples, double confidence) {
 }
 
 bool significantlyFaster(const TrialTiming& candidate, const TrialTiming& baseline) {
-  if (candidate.summary.count == 0 || baseline.summary.count == 0) return false;
+  if (!candidate.reachesConfidence() || !baseline.reachesConfidence()) return false;
   return candidate.ciHigh < baseline.ciLow;
 }
 

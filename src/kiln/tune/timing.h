@@ -17,6 +17,10 @@ struct TrialTiming {
   TimingSummary summary;
   double ciLow = 0, ciHigh = 0;  // of the median, at `confidence`
   double confidence = 0.95;
+  // Enough samples for an interval at `confidence` (6 at 95%): with fewer, [ciLow, ciHigh] is
+  // the whole range and proves nothing, so no comparison involving it is significant. Derived,
+  // so that a timing read back from the result store answers the same.
+  bool reachesConfidence() const;
 };
 
 TrialTiming analyzeTimings(std::vector<double> samples, double confidence = 0.95);
@@ -24,12 +28,17 @@ TrialTiming analyzeTimings(std::vector<double> samples, double confidence = 0.95
 // The interval [x_(l), x_(u)] between two order statistics of `sorted` that contains the
 // population median with probability at least `confidence` (the binomial / sign-test interval:
 // no assumption about the shape of the distribution). With too few samples to reach
-// `confidence`, the whole range.
+// `confidence` (see intervalReachesConfidence), the whole range.
 std::pair<double, double> medianConfidenceInterval(const std::vector<double>& sorted,
                                                    double confidence);
 
+// Whether n samples are enough for the order-statistic interval to reach `confidence`: the
+// widest interval, [min, max], misses the median with probability 2 * 0.5^n.
+bool intervalReachesConfidence(int n, double confidence);
+
 // A significant gain: the candidate's whole median interval lies below the baseline's, so the
-// difference is larger than the noise both trials measured.
+// difference is larger than the noise both trials measured. Never significant when either
+// interval does not reach its confidence.
 bool significantlyFaster(const TrialTiming& candidate, const TrialTiming& baseline);
 
 // Interleaved A/B measurement in one process: sample i of the candidate and of the baseline were
@@ -39,8 +48,9 @@ struct PairedComparison {
   double ratioMedian = 1;              // candidate / baseline; below 1 is faster
   double ratioLow = 1, ratioHigh = 1;  // confidence interval of the median ratio
   double confidence = 0.95;
-  // The whole interval of the ratio is below 1.
-  bool significantlyFaster() const { return pairs > 0 && ratioHigh < 1.0; }
+  // Enough pairs for the interval (6 at 95%), and the whole interval of the ratio below 1.
+  bool reachesConfidence() const;
+  bool significantlyFaster() const { return reachesConfidence() && ratioHigh < 1.0; }
   // Speedup of the candidate over the baseline (baseline / candidate) and its interval.
   double speedup() const { return 1.0 / ratioMedian; }
   double speedupLow() const { return 1.0 / ratioHigh; }

@@ -709,6 +709,14 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
   KILN_ASSIGN_OR_RETURN(importOptions.inputShapes, onnx::parseShapeSpec(options.shapes));
   KILN_ASSIGN_OR_RETURN(onnx::Model model, onnx::importModel(options.model, importOptions));
   for (const ir::Value* output : model.graph.outputs) study.outputNames.push_back(output->name);
+  for (const auto& [name, threshold] : options.accuracy.perOutput) {
+    if (std::find(study.outputNames.begin(), study.outputNames.end(), name) ==
+        study.outputNames.end()) {
+      return invalidInput(
+          "--accuracy-threshold names '{}', which is not an output of the model ({})", name,
+          fmt::join(study.outputNames, ", "));
+    }
+  }
   KILN_ASSIGN_OR_RETURN(study.executable, currentExecutable());
 
   if (options.cache.empty()) {
@@ -870,6 +878,7 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
   decision.baseline = study.baseline;
   const TrialRecord* base = findRecord(records, study.baseline);
   std::vector<ComparisonRecord> comparisons;
+  bool keepTrialFiles = false;
   if (outOfTime) {
     decision.provisional = true;
     decision.notes.push_back(fmt::format(
@@ -937,6 +946,7 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
       }
       if (!failure.empty()) {
         decision.reason = failure + "; the default route stays";
+        keepTrialFiles = true;  // the evidence of what went wrong
       } else if (!best) {
         decision.reason = fmt::format(
             "{} route{} beat the default in their own trials, but none was significantly faster "
@@ -1008,8 +1018,8 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
     KILN_RETURN_IF_ERROR(store->setHeaderField("finished_at", isoNow()));
     // The candidates' engines and trial folders were only needed until the decision.
     std::error_code ignored;
-    fs::remove_all(study.workDir / "engines", ignored);
-    fs::remove_all(study.workDir / "trials", ignored);
+    if (!keepTrialFiles) fs::remove_all(study.workDir / "engines", ignored);
+    if (!keepTrialFiles) fs::remove_all(study.workDir / "trials", ignored);
   } else if (!resumeCommand.empty()) {
     say("the run is incomplete; finish it with: {}\n", resumeCommand);
   }
