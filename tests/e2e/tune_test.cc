@@ -440,6 +440,34 @@ TEST_F(KilnTune, GivenReferencesDecideEligibility) {
                    .at("references_generated")
                    .get<bool>());
 
+  // A run over these files may not continue once they change, nor on another target.
+  Outcome started = kiln(fmt::format(
+      "tune {} --tune '-graph.layout=* -fusion.conv_act=*' --loadInputs in.npz "
+      "--loadRefOutputs ref.npz --cache data.db {}",
+      sample(), kQuickTiming));
+  ASSERT_EQ(started.exitCode, 0) << started.err;
+  ASSERT_TRUE(fs::copy_file(dir_ / "data.db", dir_ / "target.db"));
+  fs::copy(dir_ / "data.db.d", dir_ / "target.db.d", fs::copy_options::recursive);
+  {
+    auto store = kiln::tune::TuneStore::open(dir_ / "target.db");
+    ASSERT_TRUE(store.isOk()) << store.status().message();
+    json target = json::parse(store->header().at("target"));
+    target["cpu_model"] = "Some Other CPU";
+    ASSERT_TRUE(store->setHeaderField("target", target.dump()).isOk());
+  }
+  Outcome otherTarget = kiln("tune --continue --cache target.db");
+  EXPECT_EQ(otherTarget.exitCode, 1);
+  EXPECT_NE(otherTarget.err.find("another target"), std::string::npos) << otherTarget.err;
+  for (float& x : image.mutableData<float>()) x = -x;
+  ASSERT_TRUE(kiln::ir::writeNpz(dir_ / "in.npz", {{"image", image}}).isOk());
+  Outcome changedData = kiln("tune --continue --cache data.db");
+  EXPECT_EQ(changedData.exitCode, 1);
+  EXPECT_NE(changedData.err.find("the data changed since the run started: 'in.npz'"),
+            std::string::npos)
+      << changedData.err;
+  for (float& x : image.mutableData<float>()) x = -x;
+  ASSERT_TRUE(kiln::ir::writeNpz(dir_ / "in.npz", {{"image", image}}).isOk());
+
   // Wrong references: no route can be eligible, and kiln says so.
   kiln::ir::Tensor wrong = kiln::ir::readNpz(dir_ / "ref.npz").value()[0].second;
   for (float& x : wrong.mutableData<float>()) x = 1.0f - x;
