@@ -578,5 +578,38 @@ TEST(TrialStatusNames, RoundTrip) {
   EXPECT_FALSE(parseTrialStatus("exploded").isOk());
 }
 
+// Regression: significance once depended on a flag set only by analyzeTimings, so a timing read
+// back from the store (on --continue) was never significant and mixed search's second phase
+// came out empty after a resume.
+TEST_F(TuneStoreTest, TimingsReadBackDecideSignificanceAsBefore) {
+  std::vector<double> slow, fast;
+  for (int i = 0; i < 40; ++i) {
+    slow.push_back(10.0 + 0.01 * (i % 7));
+    fast.push_back(8.0 + 0.01 * (i % 5));
+  }
+  TrialRecord base, gain;
+  base.iteration = 0;
+  base.timing = analyzeTimings(slow);
+  gain.iteration = 1;
+  gain.route = "-graph.layout=nhwc";
+  gain.timing = analyzeTimings(fast);
+  ASSERT_TRUE(significantlyFaster(*gain.timing, *base.timing));
+  const fs::path path = dir_ / "tune.db";
+  {
+    auto store = TuneStore::create(path, kHeader);
+    ASSERT_TRUE(store.isOk()) << store.status().toString();
+    ASSERT_TRUE(store->addTrial(base).isOk());
+    ASSERT_TRUE(store->addTrial(gain).isOk());
+  }
+  auto store = TuneStore::open(path);
+  ASSERT_TRUE(store.isOk()) << store.status().toString();
+  auto read = store->trials();
+  ASSERT_TRUE(read.isOk());
+  ASSERT_EQ(read->size(), 2u);
+  EXPECT_TRUE((*read)[1].timing->reachesConfidence());
+  EXPECT_TRUE(significantlyFaster(*(*read)[1].timing, *(*read)[0].timing));
+  EXPECT_FALSE(significantlyFaster(*(*read)[0].timing, *(*read)[1].timing));
+}
+
 }  // namespace
 }  // namespace kiln::tune

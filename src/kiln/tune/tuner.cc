@@ -26,6 +26,9 @@
 #include "kiln/tune/report.h"
 #include "kiln/tune/store.h"
 
+// OpenBLAS's build description (version, threading, target), for the manifest.
+extern "C" char* openblas_get_config(void);
+
 namespace kiln::tune {
 
 namespace fs = std::filesystem;
@@ -162,7 +165,18 @@ json targetFingerprint() {
 }
 
 json versionsJson() {
-  return {{"kiln", std::string(kKilnVersion)}, {"sqlite", sqlite3_libversion()}};
+  return {
+    {"kiln", std::string(kKilnVersion)}, {"sqlite", sqlite3_libversion()},
+        {"openblas", openblas_get_config()},
+#if defined(__clang__)
+        {"compiler", "clang " __clang_version__},
+#else
+        {"compiler", "gcc " __VERSION__},
+#endif
+    {
+      "cxx_standard_library", fmt::format("libstdc++ {}", _GLIBCXX_RELEASE)
+    }
+  };
 }
 
 // Everything a run needs besides the store: the parsed study and its data, ready for trials.
