@@ -15,7 +15,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -59,10 +58,14 @@ void afterBuild(const kiln::knobs::Route& route) {
   } else if (fault == "hang") {
     while (true) ::pause();
   } else if (fault == "oom") {
+    // Address space runs out at the limit whether or not the pages are touched; touching one
+    // byte a block keeps the allocations real without spending seconds in page faults.
     std::vector<std::unique_ptr<char[]>> hoard;
+    volatile char sink = 0;
     while (true) {
       hoard.emplace_back(new char[64 << 20]);
-      std::memset(hoard.back().get(), 1, 64 << 20);
+      hoard.back()[0] = 1;
+      sink = sink + hoard.back()[0];
     }
   } else if (fault == "noresult") {
     std::fflush(nullptr);

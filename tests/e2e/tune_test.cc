@@ -34,9 +34,10 @@ struct Outcome {
   std::string err;
 };
 
-// Small timing budgets: these tests check behaviour, not speed. Ten runs at least, so that every
-// median interval reaches 95% (six would) and the test.delay gains are significant.
-const std::string kQuickTiming = "--warmUp 0 --iterations 10 --duration 0.05";
+// Small timing budgets: these tests check behaviour, not speed. Thirty runs at least: the median
+// interval of 30 samples lies between the 10th and 21st, so up to nine runs slowed by a loaded
+// machine (ctest runs tests in parallel) cannot hide the test.delay gains.
+const std::string kQuickTiming = "--warmUp 0 --iterations 30 --duration 0.05";
 
 class KilnTune : public ::testing::Test {
  protected:
@@ -288,7 +289,7 @@ TEST_F(KilnTune, KillNineAtSeveralPointsThenContinueLosesAndRepeatsNothing) {
       "--search",     "mixed",
       "--cache",      "tune.db",
       "--warmUp",     "0",
-      "--iterations", "5",
+      "--iterations", "30",
       "--duration",   "0.05"};
   const fs::path cache = dir_ / "tune.db";
   // Kill points: during the first trial, after two, during phase two (4 recorded), and in the
@@ -342,7 +343,7 @@ TEST_F(KilnTune, SigintStopsCleanlyAndSaysHowToResume) {
   const fs::path log = dir_ / "log.txt";
   const pid_t pid =
       start({"tune", sample(), "--tune", "-test.delay_a=* -cpu.conv.algo=*", "--cache", "tune.db",
-             "--warmUp", "0", "--iterations", "10", "--duration", "0.05"},
+             "--warmUp", "0", "--iterations", "30", "--duration", "0.05"},
             log);
   ASSERT_TRUE(waitForTrials(dir_ / "tune.db", 1, pid));
   ::kill(pid, SIGINT);
@@ -441,10 +442,10 @@ TEST_F(KilnTune, GivenReferencesDecideEligibility) {
                    .get<bool>());
 
   // A run over these files may not continue once they change, nor on another target.
-  Outcome started = kiln(fmt::format(
-      "tune {} --tune '-graph.layout=* -fusion.conv_act=*' --loadInputs in.npz "
-      "--loadRefOutputs ref.npz --cache data.db {}",
-      sample(), kQuickTiming));
+  Outcome started =
+      kiln(fmt::format("tune {} --tune '-graph.layout=* -fusion.conv_act=*' --loadInputs in.npz "
+                       "--loadRefOutputs ref.npz --cache data.db {}",
+                       sample(), kQuickTiming));
   ASSERT_EQ(started.exitCode, 0) << started.err;
   ASSERT_TRUE(fs::copy_file(dir_ / "data.db", dir_ / "target.db"));
   fs::copy(dir_ / "data.db.d", dir_ / "target.db.d", fs::copy_options::recursive);
