@@ -140,6 +140,16 @@ std::string markdownReport(const ReportInput& input) {
       "- timing per trial: {:.0f} ms warm-up, then at least {} runs and {} s; "
       "medians with their {:.0f}% order-statistic interval\n",
       o.timing.warmUpMs, o.timing.minIterations, o.timing.minSeconds, 95.0);
+  if (input.control && input.control->timing) {
+    md += fmt::format(
+        "- control: the default route timed again after phase one, median {:.4f} ms: drift "
+        "{:.2f}% between trials, a margin every gain must clear as well as the intervals\n",
+        input.control->timing->summary.median, 100 * input.drift);
+  } else if (input.control) {
+    md +=
+        fmt::format("- control: the default route's second trial failed ({}), so no drift margin\n",
+                    input.control->message);
+  }
   md += fmt::format("- target: `{}`\n", header("target"));
   md += fmt::format("- command: `{}`\n", header("command_line"));
   md += fmt::format("- started {}; {} trials; this pass took {:.1f} s\n\n", header("created_at"),
@@ -183,9 +193,9 @@ std::string markdownReport(const ReportInput& input) {
       time = fmt::format("{:.4f} [{:.4f}, {:.4f}]", r->timing->summary.median, r->timing->ciLow,
                          r->timing->ciHigh);
       if (baseOk && r->route != d.baseline) {
-        speedup =
-            fmt::format("{:.3f}x{}", base->timing->summary.median / r->timing->summary.median,
-                        significantlyFaster(*r->timing, *base->timing) ? " (significant)" : "");
+        speedup = fmt::format(
+            "{:.3f}x{}", base->timing->summary.median / r->timing->summary.median,
+            significantlyFaster(*r->timing, *base->timing, input.drift) ? " (significant)" : "");
       }
     }
     if (!r->accuracy.empty()) loss = fmt::format("{:.3g}", worstLoss(*r));

@@ -40,6 +40,8 @@ struct ReportInput {
   std::string secondPhaseNote;
   bool generatedReferences = false;
   double elapsedSeconds = 0;
+  const TrialRecord* control = nullptr;  // the default route measured again after phase one
+  double drift = 0;                      // the relative move of its median (a gain must clear it)
 };
 
 // A few lines for the terminal: counts by status, the winner, its speedup and the reason.

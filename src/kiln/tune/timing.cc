@@ -58,9 +58,9 @@ TrialTiming analyzeTimings(std::vector<double> samples, double confidence) {
   return timing;
 }
 
-bool significantlyFaster(const TrialTiming& candidate, const TrialTiming& baseline) {
+bool significantlyFaster(const TrialTiming& candidate, const TrialTiming& baseline, double drift) {
   if (!candidate.reachesConfidence() || !baseline.reachesConfidence()) return false;
-  return candidate.ciHigh < baseline.ciLow;
+  return candidate.ciHigh < baseline.ciLow * (1.0 - std::max(0.0, drift));
 }
 
 PairedComparison comparePaired(const std::vector<double>& candidate,

@@ -38,8 +38,11 @@ bool intervalReachesConfidence(int n, double confidence);
 
 // A significant gain: the candidate's whole median interval lies below the baseline's, so the
 // difference is larger than the noise both trials measured. Never significant when either
-// interval does not reach its confidence.
-bool significantlyFaster(const TrialTiming& candidate, const TrialTiming& baseline);
+// interval does not reach its confidence. `drift` (>= 0) widens the margin by the relative
+// change the baseline's own median showed when measured again in a later trial: trials run in
+// separate processes at separate times, and a gain smaller than that drift is not evidence.
+bool significantlyFaster(const TrialTiming& candidate, const TrialTiming& baseline,
+                         double drift = 0.0);
 
 // Interleaved A/B measurement in one process: sample i of the candidate and of the baseline were
 // taken back to back, so their ratio cancels slow drifts of the machine (clock, load, heat).

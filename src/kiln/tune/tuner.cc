@@ -361,18 +361,21 @@ std::string lastLine(const std::string& text) {
                      end - (start == std::string::npos ? 0 : start + 1) + 1);
 }
 
+// `tag` names the trial's folder and engine file (default: the iteration).
 Result<TrialRun> runTrial(const Study& study, const std::string& route, int64_t iteration,
-                          int phase, const std::atomic<bool>& stop, Clock::time_point deadline) {
+                          int phase, const std::atomic<bool>& stop, Clock::time_point deadline,
+                          const std::string& tag = "") {
+  const std::string name = tag.empty() ? std::to_string(iteration) : tag;
   TrialRun run;
   TrialRecord& record = run.record;
   record.iteration = iteration;
   record.phase = phase;
   record.route = route;
-  const fs::path dir = study.workDir / "trials" / std::to_string(iteration);
+  const fs::path dir = study.workDir / "trials" / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
   fs::create_directories(study.workDir / "engines");
-  const fs::path engine = study.workDir / "engines" / fmt::format("{}.kiln", iteration);
+  const fs::path engine = study.workDir / "engines" / fmt::format("{}.kiln", name);
   json request = {{"mode", "build"},
                   {"model", study.options.model.string()},
                   {"shapes", study.options.shapes},
@@ -510,7 +513,7 @@ bool eligible(const TrialRecord* record) {
 }  // namespace
 
 SecondPhase planSecondPhase(const knobs::RouteExpression& expression,
-                            const std::vector<TrialRecord>& records) {
+                            const std::vector<TrialRecord>& records, double drift) {
   SecondPhase plan;
   const TrialRecord* base = findRecord(records, expression.pinned.canonicalText());
   if (!eligible(base)) {
@@ -525,7 +528,7 @@ SecondPhase planSecondPhase(const knobs::RouteExpression& expression,
       if (value == baselineValue) continue;
       const std::string route = knobs::withSetting(expression.pinned, axis, value).canonicalText();
       const TrialRecord* record = findRecord(records, route);
-      if (eligible(record) && significantlyFaster(*record->timing, *base->timing)) {
+      if (eligible(record) && significantlyFaster(*record->timing, *base->timing, drift)) {
         gains.push_back(value);
       }
     }
@@ -817,6 +820,7 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
   // ---- the trial loop -----------------------------------------------------------------------
   bool interrupted = false, outOfTime = false;
   int64_t remainingCount = 0;
+  double drift = 0;  // set from the control trial after phase one
   auto runPhase = [&](const std::vector<std::string>& routes, int phase) -> Status {
     size_t done = 0;
     for (const std::string& route : routes) done += findRecord(records, route) != nullptr;
@@ -849,9 +853,9 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
                              r.timing->ciLow, r.timing->ciHigh);
         const TrialRecord* base = findRecord(records, study.baseline);
         if (eligible(base) && r.route != study.baseline) {
-          detail +=
-              fmt::format("  {:.3f}x{}", base->timing->summary.median / r.timing->summary.median,
-                          significantlyFaster(*r.timing, *base->timing) ? " (significant)" : "");
+          detail += fmt::format(
+              "  {:.3f}x{}", base->timing->summary.median / r.timing->summary.median,
+              significantlyFaster(*r.timing, *base->timing, drift) ? " (significant)" : "");
         }
         double worst = 0;
         for (const auto& a : r.accuracy) worst = std::max(worst, a.loss);
@@ -866,9 +870,43 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
 
   say("phase one: {} routes\n", phaseOne.size());
   KILN_RETURN_IF_ERROR(runPhase(phaseOne, 1));
+
+  // The control: the default route measured again after phase one, in a trial of its own. How
+  // far its median moved is the drift between trials (clock, load, heat), and a gain must exceed
+  // it as well as the measured intervals to count as significant.
+  const TrialRecord* baseRecord = findRecord(records, study.baseline);
+  if (!interrupted && !outOfTime && eligible(baseRecord) && !store->header().count("control")) {
+    say("control: the default route again, to measure the drift between trials\n");
+    KILN_ASSIGN_OR_RETURN(TrialRun control, runTrial(study, study.baseline, baseRecord->iteration,
+                                                     1, stop, deadline, "control"));
+    if (control.stopped) {
+      if (stop.load())
+        interrupted = true;
+      else
+        outOfTime = true;
+    } else {
+      KILN_RETURN_IF_ERROR(store->setHeaderField("control", toJson(control.record).dump()));
+    }
+  }
+  std::optional<TrialRecord> controlRecord;
+  if (store->header().count("control")) {
+    auto parsed = trialFromJson(json::parse(store->header().at("control"), nullptr, false));
+    if (parsed.isOk()) controlRecord = *parsed;
+  }
+  if (controlRecord && eligible(&*controlRecord) && eligible(baseRecord)) {
+    drift = std::abs(controlRecord->timing->summary.median - baseRecord->timing->summary.median) /
+            baseRecord->timing->summary.median;
+    say("control: default median {:.4f} ms, then {:.4f} ms: drift {:.2f}%, the margin a gain "
+        "must also clear\n",
+        baseRecord->timing->summary.median, controlRecord->timing->summary.median, 100 * drift);
+  } else if (controlRecord) {
+    say("control: the default route's second trial did not complete ({}: {}); no drift margin\n",
+        trialStatusName(controlRecord->status), controlRecord->message);
+  }
+
   SecondPhase second;
   if (options.search == SearchMode::kMixed && !interrupted && !outOfTime) {
-    second = planSecondPhase(study.expression, records);
+    second = planSecondPhase(study.expression, records, drift);
     say("phase two: {} routes over {}{}\n", second.routes.size(),
         second.knobs.empty() ? "no knobs" : fmt::format("{}", fmt::join(second.knobs, " ")),
         second.note.empty() ? "" : " (" + second.note + ")");
@@ -918,7 +956,8 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
   } else {
     std::vector<const TrialRecord*> finalists;
     for (const TrialRecord* record : eligibleRecords) {
-      if (record->route != study.baseline && significantlyFaster(*record->timing, *base->timing) &&
+      if (record->route != study.baseline &&
+          significantlyFaster(*record->timing, *base->timing, drift) &&
           static_cast<int>(finalists.size()) < options.finalists) {
         finalists.push_back(record);
       }
@@ -990,7 +1029,9 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
       .secondPhaseKnobs = second.knobs,
       .secondPhaseNote = second.note,
       .generatedReferences = study.generatedReferences,
-      .elapsedSeconds = std::chrono::duration<double>(Clock::now() - started).count()};
+      .elapsedSeconds = std::chrono::duration<double>(Clock::now() - started).count(),
+      .control = controlRecord ? &*controlRecord : nullptr,
+      .drift = drift};
   say("\n{}", summaryText(report));
   if (winner && !options.saveEngine.empty()) {
     KILN_RETURN_IF_ERROR(copyEngine(*winner, options.saveEngine));

@@ -84,7 +84,8 @@ struct SecondPhase {
   std::vector<std::string> knobs;   // "knob=[baseline|v1|...]" per combined axis
   std::string note;                 // why nothing (or little) is combined
 };
+// `drift`: the default route's relative drift between trials (see significantlyFaster).
 SecondPhase planSecondPhase(const knobs::RouteExpression& expression,
-                            const std::vector<TrialRecord>& records);
+                            const std::vector<TrialRecord>& records, double drift = 0.0);
 
 }  // namespace kiln::tune
