@@ -49,11 +49,12 @@ class KilnTune : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  Outcome run(const std::string& binary, const std::string& args) {
+  Outcome run(const std::string& binary, const std::string& args, const fs::path& cwd = {}) {
     const fs::path out = dir_ / "stdout.txt";
     const fs::path err = dir_ / "stderr.txt";
-    const std::string command = fmt::format("cd '{}' && '{}' {} > '{}' 2> '{}'", dir_.string(),
-                                            binary, args, out.string(), err.string());
+    const std::string command =
+        fmt::format("cd '{}' && '{}' {} > '{}' 2> '{}'", (cwd.empty() ? dir_ : cwd).string(),
+                    binary, args, out.string(), err.string());
     const int status = std::system(command.c_str());
     Outcome outcome;
     outcome.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
@@ -463,7 +464,8 @@ TEST_F(KilnTune, GivenReferencesDecideEligibility) {
   ASSERT_TRUE(kiln::ir::writeNpz(dir_ / "in.npz", {{"image", image}}).isOk());
   Outcome changedData = kiln("tune --continue --cache data.db");
   EXPECT_EQ(changedData.exitCode, 1);
-  EXPECT_NE(changedData.err.find("the data changed since the run started: 'in.npz'"),
+  EXPECT_NE(changedData.err.find("the data changed since the run started: '" +
+                                 (dir_ / "in.npz").string() + "'"),
             std::string::npos)
       << changedData.err;
   for (float& x : image.mutableData<float>()) x = -x;
@@ -487,6 +489,31 @@ TEST_F(KilnTune, GivenReferencesDecideEligibility) {
   EXPECT_EQ(unpaired.exitCode, 1);
   EXPECT_NE(unpaired.err.find("each reference file belongs to one input set"), std::string::npos)
       << unpaired.err;
+}
+
+TEST_F(KilnTune, OneRunPerCacheAndContinueFromAnotherFolder) {
+  fs::copy_file(sample(), dir_ / "model.onnx");
+  const pid_t pid =
+      start({"tune", "model.onnx", "--tune", "-test.delay_a=* -cpu.conv.algo=*", "--cache",
+             "tune.db", "--warmUp", "0", "--iterations", "30", "--duration", "0.05"},
+            dir_ / "log.txt");
+  ASSERT_TRUE(waitForTrials(dir_ / "tune.db", 1, pid));
+  // While it runs, a second run on the same cache is refused and changes nothing.
+  Outcome second = faulty("tune --continue --cache tune.db");
+  EXPECT_EQ(second.exitCode, 1);
+  EXPECT_NE(second.err.find(fmt::format("another kiln tune (pid {}) is using tune.db", pid)),
+            std::string::npos)
+      << second.err;
+  ::kill(pid, SIGINT);
+  EXPECT_EQ(waitFor(pid), 130);
+
+  // Continued from another folder, with the model moved there: the recorded hash decides.
+  fs::create_directories(dir_ / "elsewhere");
+  fs::rename(dir_ / "model.onnx", dir_ / "elsewhere" / "moved.onnx");
+  Outcome resumed =
+      run(KILN_FAULTY_BINARY, "tune moved.onnx --continue --cache ../tune.db", dir_ / "elsewhere");
+  ASSERT_EQ(resumed.exitCode, 0) << resumed.out << resumed.err;
+  EXPECT_EQ(recorded(dir_ / "tune.db").size(), 6u);
 }
 
 TEST_F(KilnTune, SaveAllEnginesKeepsEveryCandidateAndCacheExports) {

@@ -100,9 +100,15 @@ int runTuneCommand(TuneFlags& flags, const CLI::App& sub) {
   sigemptyset(&action.sa_mask);
   ::sigaction(SIGINT, &action, nullptr);
   ::sigaction(SIGTERM, &action, nullptr);
-  auto result = tune::runTune(flags.options, gStopRequested);
-  if (!result.isOk()) return reportError(result.status());
-  return *result;
+  try {
+    auto result = tune::runTune(flags.options, gStopRequested);
+    if (!result.isOk()) return reportError(result.status());
+    return *result;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A file operation the tuner did not expect to fail (a full disk, a folder removed under
+    // it): every completed trial is already in the store.
+    return reportError(ioError("{}", e.what()));
+  }
 }
 
 int exportCache(const std::string& path) {

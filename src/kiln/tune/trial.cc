@@ -170,6 +170,16 @@ Result<json> runInterleaveRequest(const json& request) {
     if (!engine.isOk()) {
       return json{{"status", "build-error"}, {"message", engine.status().message()}};
     }
+    const size_t index = engines.size();
+    if (request.contains("engine_hashes")) {
+      KILN_ASSIGN_OR_RETURN(std::string bytes, readFileBytes(path.get<std::string>()));
+      const std::string expected = request.at("engine_hashes").at(index).get<std::string>();
+      if ("fnv1a64:" + knobs::stableHash(bytes) != expected) {
+        return json{{"status", "build-error"},
+                    {"message", fmt::format("{} changed since its trial (hash {} expected)",
+                                            path.get<std::string>(), expected)}};
+      }
+    }
     KILN_ASSIGN_OR_RETURN(knobs::Route route, knobs::Route::parse(engine->route));
     routes.push_back(std::move(route));
     engines.push_back(std::move(engine).value());
@@ -244,10 +254,12 @@ int runTrialRequest(const std::filesystem::path& requestPath) {
 }
 
 Result<std::filesystem::path> currentExecutable() {
-  std::error_code error;
-  auto path = std::filesystem::read_symlink("/proc/self/exe", error);
-  if (error) return ioError("cannot find the running kiln binary: {}", error.message());
-  return path;
+  // The magic link itself, not what it points to: exec'd from the forked child, it names the
+  // very binary that is running even if a rebuild has since replaced or deleted the file.
+  if (!std::filesystem::exists("/proc/self/exe")) {
+    return ioError("cannot find the running kiln binary: /proc/self/exe is missing");
+  }
+  return std::filesystem::path("/proc/self/exe");
 }
 
 Result<std::string> fileHash(const std::filesystem::path& path) {
@@ -284,8 +296,10 @@ Result<ChildOutcome> runChild(const std::filesystem::path& executable,
   for (std::string& arg : argvStorage) argv.push_back(arg.data());
   argv.push_back(nullptr);
   const int logFd = ::open(logPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (logFd < 0)
+  if (logFd < 0) {
     return ioError("cannot write the trial log {}: {}", logPath.string(), std::strerror(errno));
+  }
+  const int nullFd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   const pid_t parent = ::getpid();
   std::fflush(nullptr);
 
@@ -293,12 +307,15 @@ Result<ChildOutcome> runChild(const std::filesystem::path& executable,
   const pid_t pid = ::fork();
   if (pid < 0) {
     ::close(logFd);
+    if (nullFd >= 0) ::close(nullFd);
     return ioError("cannot start a trial process: {}", std::strerror(errno));
   }
   if (pid == 0) {
     ::setpgid(0, 0);
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(127);  // the tuner died before prctl took effect
+    // A child in a background process group must not read the terminal.
+    if (nullFd >= 0) ::dup2(nullFd, STDIN_FILENO);
     ::dup2(logFd, STDOUT_FILENO);
     ::dup2(logFd, STDERR_FILENO);
     if (limits.memoryBytes > 0) {
@@ -310,22 +327,42 @@ Result<ChildOutcome> runChild(const std::filesystem::path& executable,
   }
   ::setpgid(pid, pid);  // also from here, so the group exists before any kill below
   ::close(logFd);
+  if (nullFd >= 0) ::close(nullFd);
+
+  // Waits without reaping (WNOWAIT), so that the child's pid, and so its process group, cannot
+  // be reused by an unrelated process before the group is killed.
+  auto ended = [&](int options) {
+    siginfo_t info{};
+    while (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT | options) < 0) {
+      if (errno != EINTR) return -1;
+    }
+    return info.si_pid == pid ? 1 : 0;
+  };
+  auto killAndReap = [&](int* status) {
+    ::kill(-pid, SIGKILL);
+    while (::waitpid(pid, status, 0) < 0 && errno == EINTR) {
+    }
+  };
 
   ChildOutcome outcome;
   int status = 0;
   auto sleepFor = std::chrono::milliseconds(1);
   while (true) {
-    const pid_t done = ::waitpid(pid, &status, WNOHANG);
-    if (done == pid) break;
-    if (done < 0 && errno != EINTR) return internalError("waitpid: {}", std::strerror(errno));
+    const int done = ended(WNOHANG);
+    if (done == 1) break;
+    if (done < 0) {
+      const int error = errno;
+      killAndReap(&status);
+      return internalError("waiting for a trial process: {}", std::strerror(error));
+    }
     const auto now = Clock::now();
-    const bool timedOut = limits.timeoutSeconds > 0 &&
-                          now - start > std::chrono::duration<double>(limits.timeoutSeconds);
+    // A stop (signal or the run's deadline) wins over the trial's own timeout: a stopped trial
+    // is not recorded, a timed-out one is.
     const bool stopped = (stop && stop->load()) || now > deadline;
+    const bool timedOut = !stopped && limits.timeoutSeconds > 0 &&
+                          now - start > std::chrono::duration<double>(limits.timeoutSeconds);
     if (timedOut || stopped) {
-      ::kill(-pid, SIGKILL);
-      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-      }
+      killAndReap(&status);
       outcome.kind = timedOut ? ChildOutcome::Kind::kTimedOut : ChildOutcome::Kind::kStopped;
       outcome.seconds = std::chrono::duration<double>(Clock::now() - start).count();
       outcome.logTail = tailOf(logPath, 2000);
@@ -334,7 +371,7 @@ Result<ChildOutcome> runChild(const std::filesystem::path& executable,
     std::this_thread::sleep_for(sleepFor);
     sleepFor = std::min(sleepFor * 2, std::chrono::milliseconds(20));
   }
-  ::kill(-pid, SIGKILL);  // anything the child left behind in its group
+  killAndReap(&status);  // the child has ended; anything it left behind in its group goes too
   outcome.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   outcome.logTail = tailOf(logPath, 2000);
   if (WIFSIGNALED(status)) {

@@ -35,8 +35,9 @@ struct TimingSettings {
 // ---- the child side -------------------------------------------------------------------------
 
 // Exit codes of `kiln __trial` beyond 0 (a result file was written, whatever its status).
-inline constexpr int kTrialExitOutOfMemory = 86;  // std::bad_alloc under the memory limit
-inline constexpr int kTrialExitBadRequest = 87;   // the request file itself was unusable
+inline constexpr int kTrialExitOutOfMemory = 86;   // std::bad_alloc under the memory limit
+inline constexpr int kTrialExitBadRequest = 87;    // the request file itself was unusable
+inline constexpr int kTrialExitCannotStart = 127;  // exec failed (or the tuner died first)
 
 // Runs the request in `requestPath` and writes its result JSON atomically to the request's
 // "result" path. Returns the process exit code.

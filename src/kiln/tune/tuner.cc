@@ -2,8 +2,10 @@
 // finalist round and the decision, and what the run leaves behind (engine, manifest, report).
 #include "kiln/tune/tuner.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sqlite3.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "kiln/base/file.h"
@@ -98,7 +101,9 @@ json TuneOptions::studyJson() const {
 
 Status TuneOptions::restoreStudy(const json& study) {
   try {
-    model = study.at("model").get<std::string>();
+    // A model given again on the command line (moved since) is used, and checked against the
+    // hash the run recorded; otherwise the recorded path.
+    if (model.empty()) model = study.at("model").get<std::string>();
     shapes = study.at("shapes").get<std::string>();
     expression = study.at("expression").get<std::string>();
     KILN_ASSIGN_OR_RETURN(search, parseSearchMode(study.at("search").get<std::string>()));
@@ -314,6 +319,11 @@ Status reloadData(Study& study, const json& data) {
     for (const char* kind : {"inputs_given", "references_given"}) {
       if (!entry.contains(kind)) continue;
       const std::string spec = entry.at(kind).get<std::string>();
+      for (const std::string& file : ir::filesOfSpec(spec)) {
+        if (!fs::exists(file)) {
+          return invalidInput("the data file {} that the run started with is missing", file);
+        }
+      }
       const std::string now = hashOfSpec(spec);
       if (now != entry.at(std::string(kind) + "_hash").get<std::string>()) {
         return invalidInput("the data changed since the run started: '{}' ({} now, {} then)", spec,
@@ -417,6 +427,13 @@ Result<TrialRun> runTrial(const Study& study, const std::string& route, int64_t 
       return run;
     case Kind::kExited:
       break;
+  }
+  if (child.exitCode == kTrialExitCannotStart || child.exitCode == kTrialExitBadRequest) {
+    // The harness failed, not the route: recording it would exclude the route for good.
+    return internalError(
+        "the trial process for route '{}' could not start or read its request (exit code {}: "
+        "{}); nothing was recorded for it, and --continue will try it again",
+        displayRoute(route), child.exitCode, logLine);
   }
   if (child.exitCode == kTrialExitOutOfMemory) {
     record.status = TrialStatus::kOom;
@@ -573,10 +590,16 @@ Result<std::vector<ComparisonRecord>> runFinalistRound(
   const fs::path dir = study.workDir / "trials" / "finalists";
   fs::remove_all(dir);
   fs::create_directories(dir);
+  // Each engine goes with the hash its trial recorded: the child refuses one that changed since.
   json engines = json::array({base.enginePath});
-  for (const TrialRecord* finalist : finalists) engines.push_back(finalist->enginePath);
+  json hashes = json::array({base.engineHash});
+  for (const TrialRecord* finalist : finalists) {
+    engines.push_back(finalist->enginePath);
+    hashes.push_back(finalist->engineHash);
+  }
   json request = {{"mode", "interleave"},
                   {"engines", engines},
+                  {"engine_hashes", hashes},
                   {"inputs", study.inputFiles.front().string()},
                   {"timing", timingSettingsJson(study.options.finalTiming)},
                   {"result", (dir / "result.json").string()}};
@@ -591,11 +614,12 @@ Result<std::vector<ComparisonRecord>> runFinalistRound(
   }
   if (child.kind != ChildOutcome::Kind::kExited || child.exitCode != 0) {
     failure =
-        fmt::format("the interleaved re-measurement failed ({})",
+        fmt::format("the interleaved re-measurement failed ({}; its log: {})",
                     child.kind == ChildOutcome::Kind::kTimedOut ? "timed out"
                     : child.kind == ChildOutcome::Kind::kSignaled
                         ? "killed by " + signalText(child.signal)
-                        : fmt::format("exit code {}: {}", child.exitCode, lastLine(child.logTail)));
+                        : fmt::format("exit code {}: {}", child.exitCode, lastLine(child.logTail)),
+                    (dir / "log.txt").string());
     return comparisons;
   }
   try {
@@ -634,8 +658,80 @@ Status copyEngine(const TrialRecord& record, const fs::path& to) {
     return invalidInput("the engine of route '{}' ({}) changed since its trial; its hash differs",
                         displayRoute(record.route), record.enginePath);
   }
-  if (!to.parent_path().empty()) fs::create_directories(to.parent_path());
+  std::error_code error;
+  if (!to.parent_path().empty()) fs::create_directories(to.parent_path(), error);
+  if (error)
+    return ioError("cannot create the folder {}: {}", to.parent_path().string(), error.message());
   return writeFileAtomically(to, bytes);
+}
+
+// The spec with every file made absolute, so that a continued run finds the same files from any
+// working folder ("name:file.npy,file.npz" -> "name:/abs/file.npy,/abs/file.npz").
+std::string absoluteSpec(const std::string& spec) {
+  std::string out;
+  std::stringstream entries(spec);
+  for (std::string entry; std::getline(entries, entry, ',');) {
+    if (entry.empty()) continue;
+    const auto colon = entry.find(':');
+    const std::string name = colon == std::string::npos ? "" : entry.substr(0, colon + 1);
+    const std::string file = colon == std::string::npos ? entry : entry.substr(colon + 1);
+    out += (out.empty() ? "" : ",") + name + fs::absolute(file).string();
+  }
+  return out;
+}
+
+// Creates the folders the outputs go to before any trial runs, so that a path that cannot be
+// written fails the run at once, not after hours of trials (and not for good on --continue,
+// which cannot change it).
+Status checkOutputPaths(const TuneOptions& options) {
+  std::vector<fs::path> folders;
+  for (const fs::path& file : {options.saveEngine, options.report}) {
+    if (!file.empty()) folders.push_back(fs::absolute(file).parent_path());
+  }
+  if (!options.saveAllEngines.empty()) folders.push_back(options.saveAllEngines);
+  for (const fs::path& folder : folders) {
+    std::error_code error;
+    fs::create_directories(folder, error);
+    if (error || !fs::is_directory(folder)) {
+      return invalidInput("cannot write outputs to {}: {}", folder.string(),
+                          error ? error.message() : "not a folder");
+    }
+  }
+  return Status::ok();
+}
+
+// An exclusive flock on <work folder>/lock, released when the process ends (even by SIGKILL).
+struct WorkFolderLock {
+  int fd = -1;
+  WorkFolderLock() = default;
+  WorkFolderLock(WorkFolderLock&& other) noexcept : fd(std::exchange(other.fd, -1)) {}
+  WorkFolderLock& operator=(WorkFolderLock&&) = delete;
+  ~WorkFolderLock() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+Result<WorkFolderLock> lockWorkFolder(const fs::path& folder, const fs::path& cache) {
+  std::error_code error;
+  fs::create_directories(folder, error);
+  if (error)
+    return ioError("cannot create the work folder {}: {}", folder.string(), error.message());
+  WorkFolderLock lock;
+  const fs::path path = folder / "lock";
+  lock.fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock.fd < 0) return ioError("cannot open {}: {}", path.string(), std::strerror(errno));
+  if (::flock(lock.fd, LOCK_EX | LOCK_NB) != 0) {
+    char holder[32] = {};
+    const ssize_t n = ::pread(lock.fd, holder, sizeof holder - 1, 0);
+    return invalidInput("another kiln tune (pid {}) is using {}; wait for it or stop it first",
+                        n > 0 ? std::string(holder, static_cast<size_t>(n)) : "unknown",
+                        cache.empty() ? folder.string() : cache.string());
+  }
+  const std::string pid = std::to_string(::getpid());
+  if (::ftruncate(lock.fd, 0) != 0 || ::pwrite(lock.fd, pid.data(), pid.size(), 0) < 0) {
+    // The pid is only for the message of a refused second run; the lock itself holds.
+  }
+  return lock;
 }
 
 fs::path manifestPathFor(const fs::path& engine) {
@@ -676,6 +772,11 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
     KILN_RETURN_IF_ERROR(options.restoreStudy(study));
   }
   options.model = fs::absolute(options.model);
+  if (!options.resume) {
+    for (auto* specs : {&options.loadInputs, &options.loadRefOutputs}) {
+      for (std::string& spec : *specs) spec = absoluteSpec(spec);
+    }
+  }
   Study study;
   study.options = options;
   KILN_ASSIGN_OR_RETURN(study.expression, knobs::parseRouteExpression(options.expression));
@@ -744,6 +845,10 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
   } else {
     study.workDir = fs::absolute(fs::path(options.cache.string() + ".d"));
   }
+  // One run at a time per cache: a second tuner on the same files would delete the first's
+  // trial folders and overwrite its engines. The lock is the work folder's, held until exit.
+  KILN_ASSIGN_OR_RETURN(WorkFolderLock lock, lockWorkFolder(study.workDir, options.cache));
+  (void)lock;
   struct RemoveTemporary {
     const Study& study;
     ~RemoveTemporary() {
@@ -769,8 +874,8 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
     try {
       data = json::parse(field("data"));
     } catch (const std::exception& e) {
-      return invalidInput("{}: the header's data description is unreadable",
-                          options.cache.string());
+      return invalidInput("{}: the header's data description is unreadable: {}",
+                          options.cache.string(), e.what());
     }
     KILN_RETURN_IF_ERROR(reloadData(study, data).withContext(options.cache.string()));
   } else {
@@ -779,6 +884,7 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
           "{} exists: continue that run with --continue --cache {}, or choose another file",
           options.cache.string(), options.cache.string());
     }
+    KILN_RETURN_IF_ERROR(checkOutputPaths(options));
     KILN_RETURN_IF_ERROR(prepareData(study, model.graph));
     std::map<std::string, std::string> header = {
         {"format", "kiln tuning cache"},
@@ -858,7 +964,9 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
               significantlyFaster(*r.timing, *base->timing, drift) ? " (significant)" : "");
         }
         double worst = 0;
-        for (const auto& a : r.accuracy) worst = std::max(worst, a.loss);
+        for (const auto& a : r.accuracy) {
+          if (std::isnan(a.loss) || a.loss > worst) worst = a.loss;
+        }
         detail += fmt::format("  loss {:.3g}", worst);
       }
       if (!r.message.empty()) detail += (detail.empty() ? "" : "  ") + r.message;
@@ -931,10 +1039,11 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
   const TrialRecord* base = findRecord(records, study.baseline);
   std::vector<ComparisonRecord> comparisons;
   bool keepTrialFiles = false;
+  bool harnessFailed = false;  // the finalist round's process failed: exit code 3
   if (outOfTime) {
     decision.provisional = true;
     decision.notes.push_back(fmt::format(
-        "the tuning timeout ({:.0f} s) ended the run with {} planned routes not measured; "
+        "the tuning timeout ({:.1f} s) ended the run with {} planned routes not measured; "
         "continue it with --continue to finish",
         options.tuningTimeoutSeconds, remainingCount));
   }
@@ -974,19 +1083,34 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
           "re-measured interleaved with the default because the tuning timeout was reached "
           "(provisional)");
     } else {
-      say("finalists: re-measuring {} route{} interleaved with the default\n", finalists.size(),
-          finalists.size() == 1 ? "" : "s");
       std::string failure;
       bool stopped = false;
-      KILN_ASSIGN_OR_RETURN(
-          comparisons, runFinalistRound(study, finalists, *base, stop, Clock::time_point::max(),
-                                        failure, stopped));
-      if (stopped) {
-        say("\nstopped during the finalist round: every trial is recorded; resume with: {}\n",
-            resumeCommand.empty() ? "(not resumable without --cache)" : resumeCommand);
-        return kTuneExitInterrupted;
+      // A continued run whose finalist round already completed (it was stopped while writing
+      // its outputs) keeps those measurements rather than drawing new ones.
+      KILN_ASSIGN_OR_RETURN(std::vector<ComparisonRecord> stored, store->comparisons());
+      std::set<std::string> storedRoutes, finalistRoutes;
+      for (const auto& c : stored) storedRoutes.insert(c.route);
+      for (const TrialRecord* f : finalists) finalistRoutes.insert(f->route);
+      if (!stored.empty() && storedRoutes == finalistRoutes) {
+        say("finalists: {} route{} already re-measured interleaved with the default\n",
+            finalists.size(), finalists.size() == 1 ? "" : "s");
+        comparisons = std::move(stored);
+      } else {
+        say("finalists: re-measuring {} route{} interleaved with the default\n", finalists.size(),
+            finalists.size() == 1 ? "" : "s");
+        KILN_ASSIGN_OR_RETURN(comparisons, runFinalistRound(study, finalists, *base, stop, deadline,
+                                                            failure, stopped));
+        if (stopped && stop.load()) {
+          say("\nstopped during the finalist round: every trial is recorded; resume with: {}\n",
+              resumeCommand.empty() ? "(not resumable without --cache)" : resumeCommand);
+          return kTuneExitInterrupted;
+        }
+        if (stopped) {
+          outOfTime = true;
+          failure = "the tuning timeout was reached during the finalist round";
+        }
+        if (failure.empty()) KILN_RETURN_IF_ERROR(store->setComparisons(comparisons));
       }
-      KILN_RETURN_IF_ERROR(store->setComparisons(comparisons));
       const ComparisonRecord* best = nullptr;
       for (const auto& c : comparisons) {
         say("  {}: {} the default's speed ({} pairs){}\n", displayRoute(c.route),
@@ -998,8 +1122,12 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
         }
       }
       if (!failure.empty()) {
-        decision.reason = failure + "; the default route stays";
+        // Not a finding about the routes: the decision stays open for --continue to complete.
+        decision.provisional = true;
+        decision.reason = failure + "; the default route stays until the round is completed";
+        decision.notes.push_back("the finalist round did not complete; --continue runs it again");
         keepTrialFiles = true;  // the evidence of what went wrong
+        if (!outOfTime) harnessFailed = true;
       } else if (!best) {
         decision.reason = fmt::format(
             "{} route{} beat the default in their own trials, but none was significantly faster "
@@ -1078,6 +1206,7 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
   } else if (!resumeCommand.empty()) {
     say("the run is incomplete; finish it with: {}\n", resumeCommand);
   }
+  if (harnessFailed) return 3;  // as for an internal error; --continue completes the run
   return decision.winner ? 0 : 1;
 }
 
