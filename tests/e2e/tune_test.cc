@@ -481,6 +481,17 @@ TEST_F(KilnTune, GivenReferencesDecideEligibility) {
   EXPECT_EQ(bad.exitCode, 1) << bad.out;
   EXPECT_NE(bad.out.find("no route was eligible"), std::string::npos) << bad.out;
 
+  // A reference that is one value repeated cannot tell routes apart: kiln warns.
+  for (float& x : wrong.mutableData<float>()) x = 0.1f;
+  ASSERT_TRUE(kiln::ir::writeNpz(dir_ / "flat.npz", {{"probs", wrong}}).isOk());
+  Outcome flat = kiln(fmt::format(
+      "tune {} --tune '-graph.layout=*' --loadInputs in.npz --loadRefOutputs flat.npz {}", sample(),
+      kQuickTiming));
+  EXPECT_NE(flat.out.find("warning: the reference of output 'probs' is one value repeated"),
+            std::string::npos)
+      << flat.out;
+  EXPECT_EQ(good.out.find("warning:"), std::string::npos) << good.out;
+
   // Reference files must pair with input sets.
   Outcome unpaired =
       kiln(fmt::format("tune {} --tune '-graph.layout=*' --loadInputs in.npz --loadInputs in.npz "
