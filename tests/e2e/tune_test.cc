@@ -492,6 +492,33 @@ TEST_F(KilnTune, GivenReferencesDecideEligibility) {
       << flat.out;
   EXPECT_EQ(good.out.find("warning:"), std::string::npos) << good.out;
 
+  // Several input sets, each with its references: a route must pass on every one, and the
+  // manifest lists each set's files and hashes.
+  kiln::ir::Tensor other = image;
+  for (float& x : other.mutableData<float>()) x = 0.25f - x;
+  ASSERT_TRUE(kiln::ir::writeNpz(dir_ / "in2.npz", {{"image", other}}).isOk());
+  ASSERT_EQ(kiln(fmt::format("run {} --backend reference --loadInputs in2.npz --saveOutputs "
+                             "ref2.npz --iterations 1 --duration 0 --warmUp 0",
+                             sample()))
+                .exitCode,
+            0);
+  Outcome pairs = kiln(
+      fmt::format("tune {} --tune '-graph.layout=*' --loadInputs in.npz --loadRefOutputs ref.npz "
+                  "--loadInputs in2.npz --loadRefOutputs ref2.npz --saveEngine pairs.kiln {}",
+                  sample(), kQuickTiming));
+  ASSERT_EQ(pairs.exitCode, 0) << pairs.out << pairs.err;
+  const json pairsManifest = json::parse(kiln::readFileBytes(dir_ / "pairs.manifest.json").value());
+  ASSERT_EQ(pairsManifest.at("data").size(), 2u);
+  EXPECT_NE(pairsManifest.at("data")[1].at("references_given").get<std::string>().find("ref2.npz"),
+            std::string::npos);
+  // The second set's reference swapped for the first's: every route fails on set two.
+  Outcome swapped = kiln(
+      fmt::format("tune {} --tune '-graph.layout=*' --loadInputs in.npz --loadRefOutputs ref.npz "
+                  "--loadInputs in2.npz --loadRefOutputs ref.npz {}",
+                  sample(), kQuickTiming));
+  EXPECT_EQ(swapped.exitCode, 1) << swapped.out;
+  EXPECT_NE(swapped.out.find("no route was eligible"), std::string::npos) << swapped.out;
+
   // Reference files must pair with input sets.
   Outcome unpaired =
       kiln(fmt::format("tune {} --tune '-graph.layout=*' --loadInputs in.npz --loadInputs in.npz "

@@ -326,4 +326,20 @@ TEST(TuneTiming, PairedMismatchedOrEmptyIsNoComparison) {
 }
 
 }  // namespace
+// The drift margin: a gain must clear the baseline's own move between trials as well.
+TEST(TuneTiming, DriftWidensTheMarginAGainMustClear) {
+  std::vector<double> base, gain;
+  for (int i = 0; i < 40; ++i) {
+    base.push_back(10.0 + 0.001 * i);  // interval around 10.01-10.03
+    gain.push_back(9.5 + 0.001 * i);   // 5% faster
+  }
+  const TrialTiming b = analyzeTimings(base);
+  const TrialTiming g = analyzeTimings(gain);
+  EXPECT_TRUE(significantlyFaster(g, b));
+  EXPECT_TRUE(significantlyFaster(g, b, 0.02));   // 5% clears a 2% drift
+  EXPECT_FALSE(significantlyFaster(g, b, 0.06));  // but not a 6% one
+  EXPECT_TRUE(significantlyFaster(g, b, -0.5));   // a negative drift is no margin, not a bonus
+  EXPECT_FALSE(significantlyFaster(b, g, 0.0));
+}
+
 }  // namespace kiln::tune

@@ -982,7 +982,10 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
         if (eligible(base) && r.route != study.baseline) {
           detail += fmt::format(
               "  {:.3f}x{}", base->timing->summary.median / r.timing->summary.median,
-              significantlyFaster(*r.timing, *base->timing, drift) ? " (significant)" : "");
+              // Before the control trial the drift is unknown: say only what was measured.
+              !significantlyFaster(*r.timing, *base->timing, drift) ? ""
+              : phase == 1 ? " (interval below the default's)"
+                           : " (significant)");
         }
         double worst = 0;
         for (const auto& a : r.accuracy) {
