@@ -20,6 +20,9 @@
 #include "kiln/ir/op_schema.h"
 #include "kiln/onnx/import.h"
 #include "kiln/reference/executor.h"
+#if KILN_HAVE_CUDA
+#include "kiln/backends/cuda/runtime.h"
+#endif
 
 namespace fs = std::filesystem;
 using kiln::Result;
@@ -123,8 +126,10 @@ TestResult classify(const Status& status) {
           status.message()};
 }
 
-// "reference" (the oracle) or "cpu" (passes and the CPU backend), from --backend.
+// "reference" (the oracle), "cpu" or "cuda" (passes and that backend), from --backend; the
+// compiled backends build with `route`.
 std::string backend = "reference";
+std::string route;
 
 TestResult runDataSet(const fs::path& modelPath, const fs::path& dataDir) {
   // The model first: it says whether the data files hold tensors (kiln refuses sequence and
@@ -161,11 +166,19 @@ TestResult runDataSet(const fs::path& modelPath, const fs::path& dataDir) {
   std::vector<std::string> outputNames;
   for (const auto* output : model->graph.outputs) outputNames.push_back(output->name);
   Result<std::vector<Tensor>> outputs = Status(StatusCode::kInternal, "not run");
+  kiln::BuilderConfig config;
+  if (Status routed = config.setBuildRoute(route); !routed.isOk()) return classify(routed);
   if (backend == "cpu") {
-    // The whole compiler: the default route's passes, then the CPU backend's kernels.
-    auto build = kiln::buildCpu(std::move(model->graph), kiln::BuilderConfig());
+    // The whole compiler: the route's passes, then the CPU backend's kernels.
+    auto build = kiln::buildCpu(std::move(model->graph), config);
     if (!build.isOk()) return classify(build.status());
     outputs = build->plan.run(runtimeInputs);
+  } else if (backend == "cuda") {
+#if KILN_HAVE_CUDA
+    auto build = kiln::buildCuda(std::move(model->graph), config);
+    if (!build.isOk()) return classify(build.status());
+    outputs = build->plan.run(runtimeInputs);
+#endif
   } else {
     auto executor = kiln::reference::ReferenceExecutor::create(model->graph);
     if (!executor.isOk()) return classify(executor.status());
@@ -248,9 +261,24 @@ int main(int argc, char** argv) {
   app.add_option("--write-expected", writeExpected,
                  "write the list of failing tests, with their reasons, to this file");
   app.add_flag("-v,--verbose", verbose, "print every test's outcome");
-  app.add_option("--backend", backend, "reference (the oracle) or cpu (passes + CPU backend)")
-      ->check(CLI::IsMember({"reference", "cpu"}));
+  app.add_option("--backend", backend,
+                 "reference (the oracle), cpu or cuda (passes + that backend; cuda exits 77, a "
+                 "skip, without a GPU)")
+      ->check(CLI::IsMember({"reference", "cpu", "cuda"}));
+  app.add_option("--route", route, "build route for the cpu and cuda backends");
   CLI11_PARSE(app, argc, argv);
+  if (backend == "cuda") {
+#if KILN_HAVE_CUDA
+    if (auto device = kiln::cuda::currentDevice(); !device.isOk()) {
+      std::printf("conformance: skipped, %s\n", device.status().message().c_str());
+      return 77;
+    }
+    std::printf("conformance on %s\n", kiln::cuda::currentDevice()->summary().c_str());
+#else
+    std::fprintf(stderr, "conformance: this build has no CUDA backend (KILN_CUDA=OFF)\n");
+    return 2;
+#endif
+  }
 
   if (!fs::is_directory(dataDir)) {
     std::fprintf(stderr, "conformance: '%s' is not a folder (install libonnx-testdata)\n",

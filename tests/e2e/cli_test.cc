@@ -97,6 +97,40 @@ TEST_F(KilnCli, RunSavesOutputsThatSumToOne) {
   EXPECT_NEAR(sum, 1.0, 1e-5);
 }
 
+// The CUDA backend: without a GPU (CI) a clear error; with one, the outputs of the CPU backend.
+TEST_F(KilnCli, RunOnTheGpuMatchesTheCpuOrSaysThereIsNoGpu) {
+  const fs::path onCpu = dir_ / "cpu.npz";
+  const fs::path onGpu = dir_ / "gpu.npz";
+  Outcome gpu = kiln(fmt::format("run '{}' --backend cuda --duration 0 --saveOutputs '{}'",
+                                 KILN_SAMPLE_MODEL, onGpu.string()));
+#if KILN_HAVE_CUDA
+  if (gpu.exitCode != 0) {
+    expectUserError(gpu, "no CUDA device is visible");
+    return;
+  }
+  EXPECT_NE(gpu.out.find("GPU compute time over"), std::string::npos) << gpu.out;
+  ASSERT_EQ(kiln(fmt::format("run '{}' --duration 0 --saveOutputs '{}'", KILN_SAMPLE_MODEL,
+                             onCpu.string()))
+                .exitCode,
+            0);
+  auto a = kiln::ir::readNpz(onCpu), b = kiln::ir::readNpz(onGpu);
+  ASSERT_TRUE(a.isOk() && b.isOk());
+  const auto& x = (*a)[0].second;
+  const auto& y = (*b)[0].second;
+  ASSERT_EQ(x.shape(), y.shape());
+  for (int64_t i = 0; i < x.elementCount(); ++i) {
+    EXPECT_NEAR(x.elementAsDouble(i), y.elementAsDouble(i), 1e-5) << "element " << i;
+  }
+#else
+  expectUserError(gpu, "this kiln was built without the CUDA backend");
+#endif
+}
+
+TEST_F(KilnCli, DataTransfersIsForTheGpuOnly) {
+  expectUserError(kiln(fmt::format("run '{}' --dataTransfers", KILN_SAMPLE_MODEL)),
+                  "--dataTransfers applies to --backend cuda only");
+}
+
 TEST_F(KilnCli, RunIsDeterministicForASeedAndLoadsInputs) {
   const fs::path first = dir_ / "a.npz";
   const fs::path second = dir_ / "b.npz";

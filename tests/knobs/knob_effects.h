@@ -34,7 +34,8 @@ struct BuildSnapshot {
   std::vector<Layer> layers;
   int64_t arenaBytes = 0;
   int threads = 0;
-  std::vector<ir::Tensor> outputs;
+  std::string execution;  // cuda: "graph" (CUDA graph replay allowed) or "steps"
+  std::vector<ir::Tensor> outputs;  // empty for cuda builds where no GPU is present
 
   // Layers of op `op` (exact, domain-prefixed for kiln's ops).
   std::vector<const Layer*> layersOf(const std::string& op) const;
@@ -48,10 +49,14 @@ struct KnobEffect {
   std::string knob;   // "cpu.conv.algo"
   std::string value;  // the value this case sets
   std::string shows;  // what the case shows, one line
+  std::string backend = "cpu";  // "cpu" or "cuda" (cuda cases compare outputs only on a GPU)
   std::function<ir::Graph()> graph;
   std::string baseRoute;    // applied to both builds (to isolate the knob's effect)
   double tolerance = 1e-4;  // relative, on the outputs
   std::function<void(const BuildSnapshot& base, const BuildSnapshot& changed)> expect;
+  // Set when the knob's effect is to refuse the build: the changed build must fail with a message
+  // containing this text (and the base build must succeed).
+  std::string expectBuildError;
   // Optional: a reason to skip on this machine (empty: run). Evaluated at test time.
   std::function<std::string()> skipReason;
 };

@@ -10,6 +10,9 @@
 #include "kiln/base/file.h"
 #include "kiln/engine/builder.h"
 #include "kiln/ir/printer.h"
+#if KILN_HAVE_CUDA
+#include "kiln/backends/cuda/runtime.h"
+#endif
 #include "kiln/knobs/knob.h"
 #include "kiln/knobs/listing.h"
 
@@ -45,8 +48,9 @@ const BuildSnapshot::Layer& BuildSnapshot::layer(const std::string& name) const 
 }
 
 std::string BuildSnapshot::summary() const {
-  std::string text =
-      "threads " + std::to_string(threads) + ", arena " + std::to_string(arenaBytes) + " bytes\n";
+  std::string text = "threads " + std::to_string(threads) + ", arena " +
+                     std::to_string(arenaBytes) + " bytes" +
+                     (execution.empty() ? "" : ", execution " + execution) + "\n";
   for (const Layer& l : layers) {
     text += "  " + l.name + ": " + l.op + " [" + l.tactic + ", " + l.layout + ", " + l.precision +
             "]\n";
@@ -75,14 +79,34 @@ Result<BuildSnapshot> snapshot(const KnobEffect& effect, const std::string& rout
   KILN_RETURN_IF_ERROR(config.setBuildRoute(route));
   ir::Graph graph = effect.graph();
   const std::vector<ir::Tensor> inputs = seededInputs(graph);
-  KILN_ASSIGN_OR_RETURN(CpuBuild build, buildCpu(std::move(graph), config));
   BuildSnapshot shot;
-  shot.ir = ir::printGraph(build.plan.graph());
-  for (const auto& step : build.plan.steps()) {
-    const ir::Node& node = *step->node;
+  auto addLayer = [&shot](const ir::Node& node, const std::string& tactic,
+                          const std::string& layout, const std::string& precision) {
     shot.layers.push_back({node.name,
                            node.domain.empty() ? node.opType : node.domain + "." + node.opType,
-                           step->tactic, step->layout, step->precision});
+                           tactic, layout, precision});
+  };
+  if (effect.backend == "cuda") {
+#if KILN_HAVE_CUDA
+    KILN_ASSIGN_OR_RETURN(CudaBuild build, buildCuda(std::move(graph), config));
+    shot.ir = ir::printGraph(build.plan.graph());
+    for (const auto& step : build.plan.steps()) {
+      addLayer(*step->node, step->tactic, step->layout, step->precision);
+    }
+    shot.arenaBytes = build.plan.arenaBytes();
+    shot.execution = build.plan.graphsAllowed() ? "graph" : "steps";
+    if (cuda::deviceAvailable()) {
+      KILN_ASSIGN_OR_RETURN(shot.outputs, build.plan.run(inputs));
+    }
+    return shot;
+#else
+    return unsupported("this build has no CUDA backend");
+#endif
+  }
+  KILN_ASSIGN_OR_RETURN(CpuBuild build, buildCpu(std::move(graph), config));
+  shot.ir = ir::printGraph(build.plan.graph());
+  for (const auto& step : build.plan.steps()) {
+    addLayer(*step->node, step->tactic, step->layout, step->precision);
   }
   shot.arenaBytes = build.plan.arenaBytes();
   shot.threads = build.plan.threads();
@@ -115,6 +139,12 @@ TEST_P(KnobEffectTest, ChangesTheBuildAsStated) {
   auto base = snapshot(effect, effect.baseRoute);
   ASSERT_TRUE(base.isOk()) << base.status().toString();
   auto changed = snapshot(effect, effect.baseRoute + " -" + effect.knob + "=" + effect.value);
+  if (!effect.expectBuildError.empty()) {
+    ASSERT_FALSE(changed.isOk()) << "the build was expected to fail:\n" << changed->summary();
+    EXPECT_NE(changed.status().message().find(effect.expectBuildError), std::string::npos)
+        << changed.status().message();
+    return;
+  }
   ASSERT_TRUE(changed.isOk()) << changed.status().toString();
 
   const bool same = base->ir == changed->ir && base->summary() == changed->summary();

@@ -1,6 +1,6 @@
 // `kiln run model.onnx` (or an engine file from `kiln build`): feed inputs (from .npy/.npz files,
-// or seeded random), run the model on the CPU, print a summary of every output and optionally
-// save them.
+// or seeded random), run the model on the CPU or the GPU, time it, print a summary of every output
+// and optionally save them.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -42,6 +42,7 @@ struct RunOptions {
   double durationS = 3;   // ...and at least this long
   std::string exportTimes;
   bool dumpProfile = false;
+  bool dataTransfers = false;  // cuda: host/device copies inside each timed run
 };
 
 void printSummary(const std::string& name, const ir::Tensor& tensor) {
@@ -70,6 +71,8 @@ void printSummary(const std::string& name, const ir::Tensor& tensor) {
   std::printf("\n");
 }
 
+void printLatency(const std::vector<double>& latencies, double wallSeconds, const char* what);
+
 // trtexec's timing loop: warm up for --warmUp ms, then run at least --iterations times and
 // for at least --duration seconds; print the summary, and per-step times with --dumpProfile.
 Status measure(const std::function<Result<std::vector<ir::Tensor>>(std::vector<double>*)>& run,
@@ -89,11 +92,8 @@ Status measure(const std::function<Result<std::vector<ir::Tensor>>(std::vector<d
     for (size_t i = 0; i < steps.size() && i < stepTotals.size(); ++i) stepTotals[i] += steps[i];
   }
   const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+  printLatency(latencies, wall, "latency");
   const TimingSummary t = summarize(latencies);
-  std::printf(
-      "latency over %d runs (ms): min %.4f  median %.4f  mean %.4f  p90 %.4f  p99 %.4f  "
-      "max %.4f\nthroughput: %.2f inferences/s\n",
-      t.count, t.min, t.median, t.mean, t.p90, t.p99, t.max, t.count / wall);
   if (options.dumpProfile && plan) {
     std::printf("per-layer profile (mean ms over %d runs):\n", t.count);
     std::printf("  %-40s %-22s %-18s %10s %6s\n", "layer", "op", "tactic", "ms", "%");
@@ -113,7 +113,79 @@ Status measure(const std::function<Result<std::vector<ir::Tensor>>(std::vector<d
   return Status::ok();
 }
 
+void printLatency(const std::vector<double>& latencies, double wallSeconds, const char* what) {
+  const TimingSummary t = summarize(latencies);
+  std::printf(
+      "%s over %d runs (ms): min %.4f  median %.4f  mean %.4f  p90 %.4f  p99 %.4f  "
+      "max %.4f\nthroughput: %.2f inferences/s\n",
+      what, t.count, t.min, t.median, t.mean, t.p90, t.p99, t.max, t.count / wallSeconds);
+}
+
+#if KILN_HAVE_CUDA
+// The GPU's timing loop: device time between CUDA events around each run (the CUDA graph's
+// replay where the plan has one), copies excluded unless --dataTransfers; warm-up and the run
+// count follow trtexec's flags. --dumpProfile runs step by step, an event pair per step.
+Status measureCuda(cuda::Plan& plan, const std::vector<ir::Tensor>& inputs,
+                   const RunOptions& options) {
+  using Clock = std::chrono::steady_clock;
+  cuda::TimingOptions batch;
+  batch.warmUpRuns = 0;
+  batch.runs = 10;
+  batch.includeCopies = options.dataTransfers;
+  const auto warmUpEnd = Clock::now() + std::chrono::duration<double, std::milli>(options.warmUpMs);
+  do {
+    KILN_RETURN_IF_ERROR(plan.time(inputs, batch).status());
+  } while (Clock::now() < warmUpEnd);
+  std::vector<double> latencies;
+  const auto start = Clock::now();
+  while (static_cast<int>(latencies.size()) < options.iterations ||
+         Clock::now() - start < std::chrono::duration<double>(options.durationS)) {
+    KILN_ASSIGN_OR_RETURN(std::vector<double> ms, plan.time(inputs, batch));
+    latencies.insert(latencies.end(), ms.begin(), ms.end());
+  }
+  const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+  std::printf("execution: %s\n",
+              plan.usesGraph() ? "CUDA graph replay" : plan.graphNote().c_str());
+  printLatency(latencies,
+               wall, options.dataTransfers ? "GPU time with host copies" : "GPU compute time");
+  if (options.dumpProfile) {
+    std::vector<double> totals(plan.steps().size(), 0.0), steps;
+    const int profiled = std::max(options.iterations, 10);
+    for (int run = 0; run < profiled; ++run) {
+      KILN_RETURN_IF_ERROR(plan.run(inputs, &steps).status());
+      for (size_t i = 0; i < steps.size(); ++i) totals[i] += steps[i];
+    }
+    std::printf("per-layer profile (mean GPU ms over %d step-by-step runs):\n", profiled);
+    std::printf("  %-40s %-22s %-18s %10s %6s\n", "layer", "op", "tactic", "ms", "%");
+    const double total = std::accumulate(totals.begin(), totals.end(), 0.0);
+    for (size_t i = 0; i < plan.steps().size(); ++i) {
+      const cuda::Step& step = *plan.steps()[i];
+      std::printf("  %-40s %-22s %-18s %10.4f %5.1f%%\n", step.node->name.c_str(),
+                  step.node->opType.c_str(), step.tactic.c_str(), totals[i] / profiled,
+                  total > 0 ? 100.0 * totals[i] / total : 0.0);
+    }
+  }
+  if (!options.exportTimes.empty()) {
+    nlohmann::json times = nlohmann::json::array();
+    for (double ms : latencies) times.push_back({{"latencyMs", ms}});
+    KILN_RETURN_IF_ERROR(writeFileAtomically(options.exportTimes, times.dump(1)));
+  }
+  return Status::ok();
+}
+#endif
+
 int runModel(const RunOptions& options) {
+  if (options.backend == "cuda") {
+#if KILN_HAVE_CUDA
+    if (auto device = cuda::currentDevice(); !device.isOk()) return reportError(device.status());
+#else
+    return reportError(unsupported(
+        "--backend cuda: this kiln was built without the CUDA backend (KILN_CUDA=OFF, or no CUDA "
+        "toolkit was found when it was configured)"));
+#endif
+  } else if (options.dataTransfers) {
+    return reportError(invalidInput("--dataTransfers applies to --backend cuda only"));
+  }
   const bool fromEngine = isEngineFile(options.model);
   if (fromEngine) {
     // The engine fixed shapes, route and passes when it was built; silently ignoring these
@@ -186,6 +258,9 @@ int runModel(const RunOptions& options) {
   std::function<Result<std::vector<ir::Tensor>>(std::vector<double>*)> runOnce;
   std::optional<reference::ReferenceExecutor> oracle;
   std::optional<CpuBuild> build;
+#if KILN_HAVE_CUDA
+  std::optional<CudaBuild> cudaBuild;
+#endif
   const cpu::Plan* plan = nullptr;
   if (engine) {
     plan = &engine->plan;
@@ -202,6 +277,24 @@ int runModel(const RunOptions& options) {
     if (!executor.isOk()) return reportError(executor.status());
     oracle.emplace(std::move(executor).value());
     runOnce = [&](std::vector<double>*) { return oracle->run(inputs); };
+#if KILN_HAVE_CUDA
+  } else if (options.backend == "cuda") {
+    auto flags = builderConfigFromFlags(options.route, options.dumpIrAfter);
+    if (!flags.isOk()) return reportError(flags.status());
+    auto built = buildCuda(std::move(model->graph), *flags);
+    if (!built.isOk()) return reportError(built.status());
+    cudaBuild.emplace(std::move(built).value());
+    std::printf("device: %s\n", cuda::currentDevice()->summary().c_str());
+    std::printf("route: %s\n",
+                flags->getBuildRoute().empty() ? "(default)" : flags->getBuildRoute().c_str());
+    int onHost = 0;
+    for (const auto& step : cudaBuild->plan.steps()) onHost += step->tactic == "host.reference";
+    if (onHost > 0) {
+      std::printf("note: %d of %zu layers have no GPU kernel and run on the host\n", onHost,
+                  cudaBuild->plan.steps().size());
+    }
+    runOnce = [&](std::vector<double>* steps) { return cudaBuild->plan.run(inputs, steps); };
+#endif
   } else {
     auto flags = builderConfigFromFlags(options.route, options.dumpIrAfter);
     if (!flags.isOk()) return reportError(flags.status());
@@ -217,7 +310,12 @@ int runModel(const RunOptions& options) {
 
   auto outputs = runOnce(nullptr);
   if (!outputs.isOk()) return reportError(outputs.status());
+#if KILN_HAVE_CUDA
+  auto timing = cudaBuild ? measureCuda(cudaBuild->plan, inputs, options)
+                          : measure(runOnce, options, plan);
+#else
   auto timing = measure(runOnce, options, plan);
+#endif
   if (!timing.isOk()) return reportError(timing);
   std::printf("outputs:\n");
   ir::NamedTensors named;
@@ -245,7 +343,8 @@ int runModel(const RunOptions& options) {
 
 Command addRunCommand(CLI::App& app) {
   auto options = std::make_shared<RunOptions>();
-  CLI::App* sub = app.add_subcommand("run", "Run a model on the CPU and summarise its outputs");
+  CLI::App* sub =
+      app.add_subcommand("run", "Run a model on the CPU or GPU, time it, summarise its outputs");
   sub->add_option("model", options->model, "the .onnx file, or an engine file from `kiln build`")
       ->required();
   sub->add_option("--shapes", options->shapes,
@@ -258,8 +357,8 @@ Command addRunCommand(CLI::App& app) {
   sub->add_option("--route", options->route,
                   "build route: space-separated -knob=value tokens (`kiln knobs` lists them)");
   sub->add_option("--backend", options->backend,
-                  "cpu (compiled, default) or reference (the oracle)")
-      ->check(CLI::IsMember({"cpu", "reference"}));
+                  "cpu (compiled, default), cuda (compiled for the GPU) or reference (the oracle)")
+      ->check(CLI::IsMember({"cpu", "cuda", "reference"}));
   sub->add_option("--dump-ir-after", options->dumpIrAfter,
                   "print the IR after this pass (or 'all')");
   sub->add_option("--warmUp", options->warmUpMs, "warm-up time before timing, ms")
@@ -272,7 +371,10 @@ Command addRunCommand(CLI::App& app) {
       ->default_val(3)
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--exportTimes", options->exportTimes, "write every run's latency as JSON");
-  sub->add_flag("--dumpProfile", options->dumpProfile, "print per-layer times (cpu backend)");
+  sub->add_flag("--dumpProfile", options->dumpProfile, "print per-layer times");
+  sub->add_flag("--dataTransfers", options->dataTransfers,
+                "cuda: time the host-to-device input and device-to-host output copies too "
+                "(excluded by default)");
   return {sub, [options] { return runModel(*options); }};
 }
 

@@ -13,17 +13,33 @@ Status BuilderConfig::setBuildRoute(const std::string& route) {
   return Status::ok();
 }
 
-Result<CpuBuild> buildCpu(ir::Graph graph, const BuilderConfig& config) {
-  // An imported graph is typed already; a graph built through the API may not be, and plans
-  // size their buffers from the types.
+namespace {
+
+// Shape inference (an imported graph is typed already; a graph built through the API may not
+// be, and plans size their buffers from the types), selector checks, then the pass pipeline.
+Result<std::vector<passes::PassRecord>> optimise(ir::Graph& graph, const BuilderConfig& config) {
   KILN_RETURN_IF_ERROR(ir::inferShapes(graph, reference::constantEvaluator()));
   KILN_RETURN_IF_ERROR(config.route().checkSelectors(graph));
-  KILN_ASSIGN_OR_RETURN(std::vector<passes::PassRecord> records,
-                        passes::runPipeline(graph, config.route(), config.pipeline));
+  return passes::runPipeline(graph, config.route(), config.pipeline);
+}
+
+}  // namespace
+
+Result<CpuBuild> buildCpu(ir::Graph graph, const BuilderConfig& config) {
+  KILN_ASSIGN_OR_RETURN(std::vector<passes::PassRecord> records, optimise(graph, config));
   auto shared = std::make_shared<const ir::Graph>(std::move(graph));
   KILN_ASSIGN_OR_RETURN(cpu::Plan plan, cpu::lowerToCpu(shared, config.route()));
   return CpuBuild{std::move(plan), std::move(records)};
 }
+
+#if KILN_HAVE_CUDA
+Result<CudaBuild> buildCuda(ir::Graph graph, const BuilderConfig& config) {
+  KILN_ASSIGN_OR_RETURN(std::vector<passes::PassRecord> records, optimise(graph, config));
+  auto shared = std::make_shared<const ir::Graph>(std::move(graph));
+  KILN_ASSIGN_OR_RETURN(cuda::Plan plan, cuda::lowerToCuda(shared, config.route()));
+  return CudaBuild{std::move(plan), std::move(records)};
+}
+#endif
 
 std::string allBuildRoutes(const std::string& backend) {
   return knobs::knobListing(knobs::KnobRegistry::global(), backend).dump(2);

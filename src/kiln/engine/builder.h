@@ -7,6 +7,9 @@
 #include <vector>
 
 #include "kiln/backends/cpu/plan.h"
+#if KILN_HAVE_CUDA
+#include "kiln/backends/cuda/plan.h"
+#endif
 #include "kiln/knobs/route.h"
 #include "kiln/passes/pipeline.h"
 
@@ -34,6 +37,17 @@ struct CpuBuild {
 
 // Runs the pass pipeline on `graph` (consumed) and lowers it to a CPU plan.
 Result<CpuBuild> buildCpu(ir::Graph graph, const BuilderConfig& config);
+
+#if KILN_HAVE_CUDA
+struct CudaBuild {
+  cuda::Plan plan;
+  std::vector<passes::PassRecord> passes;
+};
+
+// Runs the pass pipeline on `graph` (consumed) and lowers it to a CUDA plan. Touches no device:
+// the plan makes its device resources on its first run.
+Result<CudaBuild> buildCuda(ir::Graph graph, const BuilderConfig& config);
+#endif
 
 // Every knob with its allowed values, default and help, as JSON in trtexec's shape
 // ({"tuner_version", "tuner_options": [...]}) plus kiln's fields; `backend` filters ("" = all).

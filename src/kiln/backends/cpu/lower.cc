@@ -97,24 +97,6 @@ int inPlaceInput(const Step& step) {
   return -1;
 }
 
-// Values that share one buffer (a value and its aliases, an in-place step's input and output)
-// form a family: one arena range, alive from its first write to its last read.
-class Families {
- public:
-  size_t find(size_t v) {
-    while (parent_[v] != v) v = parent_[v] = parent_[parent_[v]];
-    return v;
-  }
-  size_t add() {
-    parent_.push_back(parent_.size());
-    return parent_.size() - 1;
-  }
-  void unite(size_t into, size_t from) { parent_[find(from)] = find(into); }
-
- private:
-  std::vector<size_t> parent_;
-};
-
 }  // namespace
 
 Result<Plan> lowerToCpu(std::shared_ptr<const ir::Graph> graph, const knobs::Route& route) {
@@ -131,25 +113,12 @@ Result<Plan> lowerToCpu(std::shared_ptr<const ir::Graph> graph, const knobs::Rou
   }
 
   // Kernels first: which nodes run as steps, and which are aliases of their input.
-  Families families;
-  // Runtime values in order of first appearance (so plans are deterministic), and each one's
-  // index in `families`.
-  std::vector<const ir::Value*> runtimeValues;
-  std::unordered_map<const ir::Value*, size_t> id;
-  auto idOf = [&](const ir::Value* value) {
-    auto [it, inserted] = id.emplace(value, 0);
-    if (inserted) {
-      it->second = families.add();
-      runtimeValues.push_back(value);
-    }
-    return it->second;
-  };
-  for (const ir::Value* input : graph->inputs) idOf(input);
+  backends::BufferRequests requests;
   for (const auto& nodePtr : graph->nodes()) {
     const ir::Node& node = *nodePtr;
     if (allOutputsConstant(node)) continue;  // folded at build time (e.g. Shape of a static shape)
     if (isAlias(node, route)) {
-      families.unite(idOf(node.inputs[0]), idOf(node.outputs[0]));
+      requests.aliases.push_back(&node);
       continue;
     }
     std::unique_ptr<Step> step = chooseStep(node, route);
@@ -158,79 +127,21 @@ Result<Plan> lowerToCpu(std::shared_ptr<const ir::Graph> graph, const knobs::Rou
                          node.opType);
     }
     step->node = &node;
-    for (const ir::Value* output : node.outputs) {
-      if (output && !output->constant) idOf(output);
-    }
+    requests.steps.push_back(&node);
+    const int input = inPlaceInput(*step);
+    requests.inPlaceInputs.push_back(
+        input >= 0 && route.value(kInPlace, step->node) == "on" ? input : -1);
     plan.steps_.push_back(std::move(step));
   }
-
-  // Each value's last reader (graph outputs are read after the last step), then each family's.
-  const int stepCount = static_cast<int>(plan.steps_.size());
-  std::vector<int> lastRead(id.size(), -1);
-  std::vector<int> firstWrite(id.size(), std::numeric_limits<int>::max());
-  for (const ir::Value* input : graph->inputs) firstWrite[id.at(input)] = -1;
-  for (int index = 0; index < stepCount; ++index) {
-    const ir::Node& node = *plan.steps_[index]->node;
-    for (const ir::Value* input : node.inputs) {
-      if (input && !input->constant) lastRead[id.at(input)] = index;
-    }
-    for (const ir::Value* output : node.outputs) {
-      if (output && !output->constant) firstWrite[id.at(output)] = index;
-    }
-  }
-  for (const ir::Value* output : graph->outputs) {
-    if (!output->constant) lastRead[id.at(output)] = stepCount;
-  }
-  auto familyLastRead = [&](size_t family) {
-    int last = -1;
-    for (size_t index = 0; index < runtimeValues.size(); ++index) {
-      if (families.find(index) == family) last = std::max(last, lastRead[index]);
-    }
-    return last;
-  };
-
-  // In place: a step may take over an input's family when nothing reads that family after it.
-  for (int index = 0; index < stepCount; ++index) {
-    Step& step = *plan.steps_[index];
-    const int input = inPlaceInput(step);
-    if (input < 0 || route.value(kInPlace, step.node) != "on") continue;
-    const size_t inputFamily = families.find(id.at(step.node->inputs[input]));
-    const size_t outputFamily = families.find(id.at(step.node->outputs[0]));
-    if (inputFamily == outputFamily || familyLastRead(inputFamily) != index) continue;
-    families.unite(inputFamily, outputFamily);
-  }
-
-  // One lifetime per family.
-  std::unordered_map<size_t, size_t> slot;  // family root -> lifetime index
-  std::vector<Lifetime> lifetimes;
-  for (size_t index = 0; index < runtimeValues.size(); ++index) {
-    const ir::Value* value = runtimeValues[index];
-    const size_t root = families.find(index);
-    auto [it, inserted] = slot.emplace(root, lifetimes.size());
-    const int64_t bytes =
-        value->shape.elementCount() * static_cast<int64_t>(ir::dtypeSize(value->dtype));
-    if (inserted) {
-      lifetimes.push_back({bytes, firstWrite[index], lastRead[index]});
-      continue;
-    }
-    Lifetime& lifetime = lifetimes[it->second];
-    lifetime.bytes = std::max(lifetime.bytes, bytes);
-    lifetime.first = std::min(lifetime.first, firstWrite[index]);
-    lifetime.last = std::max(lifetime.last, lastRead[index]);
-  }
-  for (Lifetime& lifetime : lifetimes) {
-    // A value written but never read still needs its range while its step runs.
-    lifetime.last = std::max(lifetime.last, lifetime.first);
-  }
-
-  const MemoryPlan memory = planMemory(lifetimes, route.value(kMemoryPlanner) == "reuse");
+  requests.reuse = route.value(kMemoryPlanner) == "reuse";
+  const backends::BufferAssignment memory = backends::assignBuffers(*graph, requests);
   plan.arenaBytes_ = memory.arenaBytes;
   auto refFor = [&](const ir::Value* value) {
     BufferRef ref{value->dtype, value->shape};
     if (value->constant) {
       ref.constant = &*value->constant;
     } else {
-      ref.offset = memory.offsets[slot.at(families.find(id.at(value)))];
+      ref.offset = memory.offsets.at(value);
     }
     return ref;
   };

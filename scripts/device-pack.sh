@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Packs what a GPU machine without Debian's libraries needs to run kiln's CUDA tests, the
+# conformance suite and the GPU benchmarks: the binaries of a CUDA build (debug info stripped), the
+# Debian shared libraries they link (CUDA's own libraries, glibc and libstdc++ are the GPU
+# machine's), the ONNX backend test data and the expected-failure list, as one archive,
+# .device/kiln-device.tar.xz. The device tool carries it (`carry: [".device"]`); there:
+#   mkdir -p /tmp/k && tar -C /tmp/k -xJf .device/kiln-device.tar.xz && export LD_LIBRARY_PATH=/tmp/k/lib
+#   /tmp/k/bin/kiln_cuda_tests; /tmp/k/bin/kiln_conformance --backend cuda --data-dir /tmp/k/testdata ...
+# Usage: scripts/device-pack.sh [build folder, default build/]
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${1:-$root/build}"
+out="$root/.device"
+stage="$out/stage"
+rm -rf "$stage"
+mkdir -p "$stage/bin" "$stage/lib" "$stage/testdata"
+ninja -C "$build" kiln_cli kiln_cuda_tests kiln_conformance >/dev/null
+for binary in kiln tests/kiln_cuda_tests tests/kiln_conformance; do
+  strip --strip-debug -o "$stage/bin/$(basename "$binary")" "$build/$binary"
+done
+# Every library the binaries resolve here, except those the GPU machine has its own of.
+for binary in "$stage"/bin/*; do
+  ldd "$binary" | awk '/=> \// {print $3}'
+done | sort -u | grep -v -E '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux[^/]*|libcudnn[^/]*|libcublas[^/]*|libcuda)\.so' |
+  while read -r lib; do cp -L "$lib" "$stage/lib/"; done
+for suite in node pytorch-converted pytorch-operator simple; do
+  cp -r "/usr/share/libonnx-testdata/data/$suite" "$stage/testdata/"
+done
+cp "$root/tests/conformance/expected_failures.txt" "$stage/"
+tar -C "$stage" -cf - . | xz -T0 -6 > "$out/kiln-device.tar.xz.tmp"
+mv "$out/kiln-device.tar.xz.tmp" "$out/kiln-device.tar.xz"
+rm -rf "$stage"
+ls -la "$out/kiln-device.tar.xz"

@@ -1,0 +1,170 @@
+// kiln's own convolution kernels (conv.h): the direct convolution with its fused epilogue, the
+// epilogue alone, and the NhwcConv weight reorder. Simple and obviously correct first: one
+// thread per output element, float accumulation, every index in int64.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kiln/backends/cuda/kernels/conv.h"
+
+namespace kiln::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // grid-stride loops cover the rest
+
+int64_t blocksFor(int64_t count) {
+  return std::min<int64_t>((count + kThreads - 1) / kThreads, kMaxBlocks);
+}
+
+// std::min and std::max as the reference evaluates them (so a NaN argument picks the same side).
+__device__ __forceinline__ float referenceMin(float a, float b) { return b < a ? b : a; }
+__device__ __forceinline__ float referenceMax(float a, float b) { return a < b ? b : a; }
+
+__device__ __forceinline__ float activate(float x, const ConvEpilogue& e) {
+  switch (e.activation) {
+    case ConvActivation::kNone:
+      return x;
+    case ConvActivation::kRelu:
+      return x < 0.0f ? 0.0f : x;
+    case ConvActivation::kLeakyRelu:
+      return x < 0.0f ? e.alpha * x : x;
+    case ConvActivation::kClip:
+      // min first, then max, as Clip: min > max gives max everywhere.
+      if (x < e.alpha) x = e.alpha;
+      if (x > e.beta) x = e.beta;
+      return x;
+    case ConvActivation::kSigmoid:
+      return 1.0f / (1.0f + expf(-x));
+    case ConvActivation::kHardSigmoid:
+      return referenceMax(0.0f, referenceMin(1.0f, e.alpha * x + e.beta));
+    case ConvActivation::kHardSwish:
+      return x * referenceMax(0.0f, referenceMin(1.0f, x / 6.0f + 0.5f));
+    case ConvActivation::kTanh:
+      return tanhf(x);
+    case ConvActivation::kGelu:
+      return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+  }
+  return x;
+}
+
+template <typename T>
+__global__ void directConvKernel(ConvGeometry g, const T* __restrict__ x, const T* __restrict__ w,
+                                 const T* __restrict__ bias, const T* __restrict__ residual,
+                                 T* __restrict__ y, ConvEpilogue epilogue, int64_t total) {
+  const int64_t groupChannels = g.channels / g.group;
+  const int64_t groupOutChannels = g.outChannels / g.group;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t rest = i;
+    int64_t n, m, o[3];
+    if (g.channelsLast) {
+      m = rest % g.outChannels;
+      rest /= g.outChannels;
+      o[2] = rest % g.out[2];
+      rest /= g.out[2];
+      o[1] = rest % g.out[1];
+      rest /= g.out[1];
+      o[0] = rest % g.out[0];
+      n = rest / g.out[0];
+    } else {
+      o[2] = rest % g.out[2];
+      rest /= g.out[2];
+      o[1] = rest % g.out[1];
+      rest /= g.out[1];
+      o[0] = rest % g.out[0];
+      rest /= g.out[0];
+      m = rest % g.outChannels;
+      n = rest / g.outChannels;
+    }
+    const int64_t firstChannel = m / groupOutChannels * groupChannels;
+    const T* xImage = x + n * g.xStrides[0] + firstChannel * g.xStrides[1];
+    const T* wFilter = w + m * g.wStrides[0];
+    float sum = 0.0f;
+    for (int64_t kd = 0; kd < g.kernel[0]; ++kd) {
+      const int64_t id = o[0] * g.stride[0] - g.padBegin[0] + kd * g.dilation[0];
+      if (id < 0 || id >= g.in[0]) continue;
+      for (int64_t kh = 0; kh < g.kernel[1]; ++kh) {
+        const int64_t ih = o[1] * g.stride[1] - g.padBegin[1] + kh * g.dilation[1];
+        if (ih < 0 || ih >= g.in[1]) continue;
+        for (int64_t kw = 0; kw < g.kernel[2]; ++kw) {
+          const int64_t iw = o[2] * g.stride[2] - g.padBegin[2] + kw * g.dilation[2];
+          if (iw < 0 || iw >= g.in[2]) continue;
+          const T* xTap = xImage + id * g.xStrides[2] + ih * g.xStrides[3] + iw * g.xStrides[4];
+          const T* wTap = wFilter + kd * g.wStrides[2] + kh * g.wStrides[3] + kw * g.wStrides[4];
+          for (int64_t c = 0; c < groupChannels; ++c) {
+            sum += static_cast<float>(xTap[c * g.xStrides[1]]) *
+                   static_cast<float>(wTap[c * g.wStrides[1]]);
+          }
+        }
+      }
+    }
+    if (bias) sum += static_cast<float>(bias[m]);
+    const int64_t at = n * g.yStrides[0] + m * g.yStrides[1] + o[0] * g.yStrides[2] +
+                       o[1] * g.yStrides[3] + o[2] * g.yStrides[4];
+    if (residual) sum += static_cast<float>(residual[at]);
+    y[at] = static_cast<T>(activate(sum, epilogue));
+  }
+}
+
+template <typename T>
+__global__ void convEpilogueKernel(T* __restrict__ y, const T* __restrict__ bias,
+                                   const T* __restrict__ residual, int64_t count, int64_t channels,
+                                   int64_t inner, ConvEpilogue epilogue) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float value = static_cast<float>(y[i]);
+    if (bias) value += static_cast<float>(bias[i / inner % channels]);
+    if (residual) value += static_cast<float>(residual[i]);
+    y[i] = static_cast<T>(activate(value, epilogue));
+  }
+}
+
+template <typename T>
+__global__ void hwioToOhwiKernel(const T* __restrict__ hwio, T* __restrict__ ohwi, int64_t kernelH,
+                                 int64_t kernelW, int64_t groupChannels, int64_t outChannels) {
+  const int64_t count = kernelH * kernelW * groupChannels * outChannels;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    // i walks the output [M, kH, kW, C/group]; (kh, kw, c) together are one index `tap`.
+    const int64_t taps = kernelH * kernelW * groupChannels;
+    const int64_t m = i / taps;
+    const int64_t tap = i % taps;
+    ohwi[i] = hwio[tap * outChannels + m];
+  }
+}
+
+}  // namespace
+
+cudaError_t launchDirectConv(const ConvGeometry& geometry, const float* x, const float* w,
+                             const float* bias, const float* residual, float* y,
+                             ConvEpilogue epilogue, cudaStream_t stream) {
+  const int64_t total =
+      geometry.batch * geometry.outChannels * geometry.out[0] * geometry.out[1] * geometry.out[2];
+  if (total <= 0) return cudaSuccess;
+  directConvKernel<float><<<static_cast<unsigned>(blocksFor(total)), kThreads, 0, stream>>>(
+      geometry, x, w, bias, residual, y, epilogue, total);
+  return cudaGetLastError();
+}
+
+cudaError_t launchConvEpilogue(float* y, const float* bias, const float* residual, int64_t count,
+                               int64_t channels, int64_t inner, ConvEpilogue epilogue,
+                               cudaStream_t stream) {
+  if (count <= 0) return cudaSuccess;
+  if (bias && (channels <= 0 || inner <= 0)) return cudaErrorInvalidValue;
+  convEpilogueKernel<float><<<static_cast<unsigned>(blocksFor(count)), kThreads, 0, stream>>>(
+      y, bias, residual, count, channels, inner, epilogue);
+  return cudaGetLastError();
+}
+
+cudaError_t launchHwioToOhwi(const float* hwio, float* ohwi, int64_t kernelH, int64_t kernelW,
+                             int64_t groupChannels, int64_t outChannels, cudaStream_t stream) {
+  const int64_t count = kernelH * kernelW * groupChannels * outChannels;
+  if (count <= 0) return cudaSuccess;
+  hwioToOhwiKernel<float><<<static_cast<unsigned>(blocksFor(count)), kThreads, 0, stream>>>(
+      hwio, ohwi, kernelH, kernelW, groupChannels, outChannels);
+  return cudaGetLastError();
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,73 @@
+// kiln's own convolution kernels on the GPU (conv.cu): a direct convolution of any layout the
+// element strides describe (NCHW and NHWC, 1-D to 3-D, groups, strides, dilations, asymmetric
+// pads) with its bias + residual + activation epilogue fused, the same epilogue alone (after a
+// cuDNN convolution that could not fuse it), and the weight reorder kiln.NhwcConv needs for cuDNN.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace kiln::cuda {
+
+// The activations of kiln.FusedConv / kiln.NhwcConv (src/kiln/ir/ops/fused.cc), computed as the
+// reference kernel computes them (NaN stays NaN where the reference keeps it).
+enum class ConvActivation : int {
+  kNone,
+  kRelu,
+  kLeakyRelu,  // alpha: the negative slope
+  kClip,       // alpha: min, beta: max
+  kSigmoid,
+  kHardSigmoid,  // alpha * x + beta, clamped to [0, 1]
+  kHardSwish,
+  kTanh,
+  kGelu,  // the erf form
+};
+
+struct ConvEpilogue {
+  ConvActivation activation = ConvActivation::kNone;
+  float alpha = 0;
+  float beta = 0;
+};
+
+// A convolution's extents, with the spatial axes right-aligned into (depth, height, width): a
+// 2-D convolution has depth 1, a 1-D one depth and height 1 (kernel 1, stride 1, no padding
+// there). Strides are in elements, per logical axis.
+struct ConvGeometry {
+  int64_t batch = 0;
+  int64_t channels = 0;     // input channels C
+  int64_t outChannels = 0;  // M
+  int64_t group = 1;
+  int64_t in[3] = {1, 1, 1};
+  int64_t out[3] = {1, 1, 1};
+  int64_t kernel[3] = {1, 1, 1};
+  int64_t stride[3] = {1, 1, 1};
+  int64_t dilation[3] = {1, 1, 1};
+  int64_t padBegin[3] = {0, 0, 0};  // the end pads only shape `out`
+  int64_t xStrides[5] = {};         // x over (n, c, d, h, w)
+  int64_t wStrides[5] = {};         // w over (m, c within the group, kd, kh, kw)
+  int64_t yStrides[5] = {};         // y and the residual over (n, m, d, h, w)
+  // Threads walk the output with the channel fastest (NHWC) rather than the width (NCHW), so
+  // that neighbouring threads write neighbouring elements.
+  bool channelsLast = false;
+};
+
+// y = act(conv(x, w) + bias + residual), one thread per output element, float accumulation.
+// bias ([M]) and residual (y's shape and strides) may be null.
+cudaError_t launchDirectConv(const ConvGeometry& geometry, const float* x, const float* w,
+                             const float* bias, const float* residual, float* y,
+                             ConvEpilogue epilogue, cudaStream_t stream);
+
+// In place on a convolution's output of `count` elements: y = act(y + bias[c] + residual), where
+// element i's channel is (i / inner) % channels (inner: the spatial size for NCHW, 1 for NHWC).
+// bias and residual may be null.
+cudaError_t launchConvEpilogue(float* y, const float* bias, const float* residual, int64_t count,
+                               int64_t channels, int64_t inner, ConvEpilogue epilogue,
+                               cudaStream_t stream);
+
+// kiln.NhwcConv's weights [kH, kW, C/group, M] to [M, kH, kW, C/group], the filter layout
+// cuDNN's NHWC convolutions read.
+cudaError_t launchHwioToOhwi(const float* hwio, float* ohwi, int64_t kernelH, int64_t kernelW,
+                             int64_t groupChannels, int64_t outChannels, cudaStream_t stream);
+
+}  // namespace kiln::cuda

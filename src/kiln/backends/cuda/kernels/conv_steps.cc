@@ -1,0 +1,1001 @@
+// Conv, kiln.FusedConv and kiln.NhwcConv on the GPU, from one of two sources
+// (cuda.conv.source):
+//
+//   - cudnn: cuDNN 9's graph API. prepare() builds an operation graph of the convolution followed
+//     by the bias add, the residual add and the activation, each fused as a POINTWISE node where
+//     cuDNN's modes compute exactly what kiln's op does (cuda.conv.epilogue=separate fuses none);
+//     heuristics (mode A, then the fallback list) give engine configs, of which those that would
+//     not keep fp32 accuracy (TF32 tensor cores, down-converted inputs, reduced-precision
+//     reductions, FFT, Winograd) are dropped; the first that finalizes is kept
+//     (cuda.conv.algo=heuristic), or the fastest of up to eight timed on the step's own buffers
+//     (timed). What the graph does not fuse runs after it in kiln's epilogue kernel (conv.cu).
+//   - native: kiln's direct kernel (conv.cu), epilogue fused.
+//
+// Where cuDNN cannot be used the step runs kiln's kernel instead, never the host: at lowering for
+// asymmetric pads (cuDNN pads both ends of a dimension alike) and empty tensors; in prepare()
+// when no engine finalizes even for the bare convolution (the step's tactic then says
+// "kiln.conv"). When the fused graph has no engine, the bare convolution plus kiln's epilogue
+// kernel is tried before that.
+//
+// Tactics: "cudnn" (everything in the cuDNN graph), "cudnn+epilogue" (kiln's epilogue kernel
+// after it), the same with ".timed" after "cudnn" for cuda.conv.algo=timed, and "kiln.conv".
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/backends/cuda/kernels/conv.h"
+#include "kiln/backends/cuda/kernels/steps.h"
+#include "kiln/ir/op_schema.h"
+#include "kiln/ir/ops/layout.h"
+#include "kiln/ir/ops/neural.h"
+
+namespace kiln::cuda {
+
+const knobs::Knob kConvSource = knobs::declareKnob({
+    .name = "cuda.conv.source",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"cudnn", "native"},
+    .defaultValue = "cudnn",
+    .help = "convolution kernels: cuDNN's graph API (asymmetric pads, empty tensors and shapes "
+            "no cuDNN engine takes still run kiln's kernel), or kiln's own direct kernel",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kConvAlgo = knobs::declareKnob({
+    .name = "cuda.conv.algo",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"heuristic", "timed"},
+    .defaultValue = "heuristic",
+    .help = "cuDNN engine choice: the first fp32-exact config cuDNN's heuristics rank highest, or "
+            "the fastest of up to eight of them, timed on the step's buffers when the plan is "
+            "prepared",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kConvEpilogue = knobs::declareKnob({
+    .name = "cuda.conv.epilogue",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"fused", "separate"},
+    .defaultValue = "fused",
+    .help = "bias, residual and activation of a cuDNN convolution: inside cuDNN's graph where "
+            "its pointwise modes express them, or all in kiln's epilogue kernel after the bare "
+            "convolution",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+namespace {
+
+constexpr int64_t kMaxCudnnWorkspace = int64_t{256} << 20;
+constexpr size_t kMaxTimedPlans = 8;
+constexpr int kTimedRuns = 3;
+constexpr int64_t kWorkspaceAlignment = 256;
+constexpr int64_t kTensorAlignment = 16;  // every arena, weight and workspace range is 256-aligned
+
+int64_t alignUp(int64_t bytes) {
+  return (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The convolution a node asks for.
+
+struct ConvProblem {
+  ConvGeometry geometry;   // strides of the node's own layouts (kiln's kernel reads these)
+  size_t spatialRank = 2;  // 1..3, as the node has it
+  bool symmetricPads = true;
+  bool empty = false;  // some tensor has no elements
+  bool nhwc = false;
+  bool hasBias = false;
+  bool hasResidual = false;
+  bool weightsConstant = false;
+  ConvEpilogue epilogue;
+  int64_t outputElements = 0;
+  int64_t outputSpatial = 0;  // elements of one output plane
+  int64_t weightElements = 0;
+  std::string shapes;  // "X [..] W [..]": for messages
+};
+
+// Element strides over (n, c, d, h, w) from the strides of the node's batch, channel and spatial
+// axes, the spatial axes right-aligned; a missing leading spatial axis gets the stride it would
+// have as an axis of extent 1.
+void alignStrides(int64_t batchStride, int64_t channelStride,
+                  const std::vector<int64_t>& spatialStrides,
+                  const std::vector<int64_t>& spatialExtents, int64_t out[5]) {
+  const size_t missing = 3 - spatialStrides.size();
+  int64_t extent[3] = {1, 1, 1};
+  out[0] = batchStride;
+  out[1] = channelStride;
+  for (size_t i = 0; i < spatialStrides.size(); ++i) {
+    out[2 + missing + i] = spatialStrides[i];
+    extent[missing + i] = spatialExtents[i];
+  }
+  for (size_t axis = missing; axis-- > 0;) out[2 + axis] = out[3 + axis] * extent[axis + 1];
+}
+
+// The activation attributes of a FusedConv / NhwcConv (fused.cc); nullopt for one kiln's
+// epilogue does not implement or a malformed parameter.
+std::optional<ConvEpilogue> readEpilogue(const ir::Node& node) {
+  ConvEpilogue epilogue;
+  if (!node.hasAttribute("activation")) return epilogue;
+  auto name = node.getString("activation", "");
+  if (!name.isOk()) return std::nullopt;
+  struct Entry {
+    const char* name;
+    ConvActivation activation;
+    float alpha, beta;  // the ONNX op's defaults
+  };
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  static const Entry kEntries[] = {
+      {"Relu", ConvActivation::kRelu, 0, 0},
+      {"LeakyRelu", ConvActivation::kLeakyRelu, 0.01f, 0},
+      {"Clip", ConvActivation::kClip, -kInf, kInf},
+      {"Sigmoid", ConvActivation::kSigmoid, 0, 0},
+      {"HardSigmoid", ConvActivation::kHardSigmoid, 0.2f, 0.5f},
+      {"HardSwish", ConvActivation::kHardSwish, 0, 0},
+      {"Tanh", ConvActivation::kTanh, 0, 0},
+      {"Gelu", ConvActivation::kGelu, 0, 0},
+  };
+  for (const Entry& entry : kEntries) {
+    if (*name != entry.name) continue;
+    auto alpha = node.getFloat("activation_alpha", entry.alpha);
+    auto beta = node.getFloat("activation_beta", entry.beta);
+    if (!alpha.isOk() || !beta.isOk()) return std::nullopt;
+    epilogue.activation = entry.activation;
+    epilogue.alpha = *alpha;
+    epilogue.beta = *beta;
+    return epilogue;
+  }
+  return std::nullopt;
+}
+
+std::vector<int64_t> tail(const std::vector<int64_t>& values, size_t from) {
+  return std::vector<int64_t>(values.begin() + static_cast<std::ptrdiff_t>(from), values.end());
+}
+
+// Conv (X, W, B?), FusedConv (X, W, B?, residual?) and NhwcConv (the same, channels-last) in
+// float32 with 1 to 3 spatial axes; nullopt for anything else.
+std::optional<ConvProblem> readProblem(const ir::Node& node) {
+  const bool onnxConv = node.domain.empty() && node.opType == "Conv";
+  const bool fusedConv = node.domain == ir::kKilnDomain && node.opType == "FusedConv";
+  const bool nhwcConv = node.domain == ir::kKilnDomain && node.opType == "NhwcConv";
+  if (!onnxConv && !fusedConv && !nhwcConv) return std::nullopt;
+  const ir::Value* x = node.input(0);
+  const ir::Value* w = node.input(1);
+  const ir::Value* y = node.outputs.size() == 1 ? node.outputs[0] : nullptr;
+  if (!x || !w || !y || node.inputs.size() > (onnxConv ? 3u : 4u)) return std::nullopt;
+  for (const ir::Value* value : node.inputs) {
+    if (value && value->dtype != ir::DType::kFloat32) return std::nullopt;
+  }
+  if (y->dtype != ir::DType::kFloat32) return std::nullopt;
+  const size_t rank = x->shape.rank();
+  if (rank < 3 || rank > 5 || w->shape.rank() != rank || (nhwcConv && rank != 4)) {
+    return std::nullopt;
+  }
+  const ir::Shape nchw = nhwcConv ? ir::permuteShape(x->shape, ir::kNhwcToNchw) : x->shape;
+  const ir::Shape oihw = nhwcConv ? ir::permuteShape(w->shape, ir::kHwioToOihw) : w->shape;
+  auto g = ir::resolveConvGeometry(node, nchw, oihw);
+  auto group = node.getInt("group", 1);
+  if (!g.isOk() || !group.isOk() || *group < 1 || nchw[1] != oihw[1] * *group ||
+      oihw[0] % *group != 0) {
+    return std::nullopt;
+  }
+  // The output must be what the geometry implies (shape inference gave it the same way).
+  std::vector<int64_t> outDims = {nchw[0], oihw[0]};
+  outDims.insert(outDims.end(), g->output.begin(), g->output.end());
+  const ir::Shape expectedY =
+      nhwcConv ? ir::permuteShape(ir::Shape(outDims), ir::kNchwToNhwc) : ir::Shape(outDims);
+  if (y->shape != expectedY) return std::nullopt;
+
+  ConvProblem p;
+  p.nhwc = nhwcConv;
+  p.hasBias = node.hasInput(2);
+  p.hasResidual = !onnxConv && node.hasInput(3);
+  if (p.hasBias && node.input(2)->shape != ir::Shape{oihw[0]}) return std::nullopt;
+  if (p.hasResidual && node.input(3)->shape != y->shape) return std::nullopt;
+  if (!onnxConv) {
+    std::optional<ConvEpilogue> epilogue = readEpilogue(node);
+    if (!epilogue) return std::nullopt;
+    p.epilogue = *epilogue;
+  }
+  p.spatialRank = rank - 2;
+  p.symmetricPads = g->padsBegin == g->padsEnd;
+  p.weightsConstant = w->constant.has_value();
+  p.outputElements = y->shape.elementCount();
+  p.weightElements = w->shape.elementCount();
+  p.outputSpatial = 1;
+  for (int64_t extent : g->output) p.outputSpatial *= extent;
+  p.empty = x->shape.elementCount() == 0 || p.weightElements == 0 || p.outputElements == 0;
+  p.shapes =
+      fmt::format("X {} W {} Y {}", x->shape.toString(), w->shape.toString(), y->shape.toString());
+
+  ConvGeometry& geo = p.geometry;
+  geo.batch = nchw[0];
+  geo.channels = nchw[1];
+  geo.outChannels = oihw[0];
+  geo.group = *group;
+  const size_t missing = 3 - p.spatialRank;
+  for (size_t i = 0; i < p.spatialRank; ++i) {
+    geo.in[missing + i] = g->input[i];
+    geo.out[missing + i] = g->output[i];
+    geo.kernel[missing + i] = g->kernel[i];
+    geo.stride[missing + i] = g->strides[i];
+    geo.dilation[missing + i] = g->dilations[i];
+    geo.padBegin[missing + i] = g->padsBegin[i];
+  }
+  const std::vector<int64_t> xs = x->shape.strides();
+  const std::vector<int64_t> ws = w->shape.strides();
+  const std::vector<int64_t> ys = y->shape.strides();
+  if (nhwcConv) {
+    // X and Y [N, H, W, C]; W [kH, kW, C/group, M].
+    alignStrides(xs[0], xs[3], {xs[1], xs[2]}, g->input, geo.xStrides);
+    alignStrides(ws[3], ws[2], {ws[0], ws[1]}, g->kernel, geo.wStrides);
+    alignStrides(ys[0], ys[3], {ys[1], ys[2]}, g->output, geo.yStrides);
+  } else {
+    alignStrides(xs[0], xs[1], tail(xs, 2), g->input, geo.xStrides);
+    alignStrides(ws[0], ws[1], tail(ws, 2), g->kernel, geo.wStrides);
+    alignStrides(ys[0], ys[1], tail(ys, 2), g->output, geo.yStrides);
+  }
+  geo.channelsLast = nhwcConv;
+  return p;
+}
+
+// ---------------------------------------------------------------------------------------------
+// cuDNN's backend descriptors.
+
+class CudnnDescriptor {
+ public:
+  CudnnDescriptor() = default;
+  ~CudnnDescriptor() { reset(); }
+  CudnnDescriptor(CudnnDescriptor&& other) noexcept : raw_(std::exchange(other.raw_, nullptr)) {}
+  CudnnDescriptor& operator=(CudnnDescriptor&& other) noexcept {
+    if (this != &other) {
+      reset();
+      raw_ = std::exchange(other.raw_, nullptr);
+    }
+    return *this;
+  }
+  CudnnDescriptor(const CudnnDescriptor&) = delete;
+  CudnnDescriptor& operator=(const CudnnDescriptor&) = delete;
+
+  static Result<CudnnDescriptor> create(cudnnBackendDescriptorType_t type) {
+    CudnnDescriptor descriptor;
+    KILN_RETURN_IF_ERROR(
+        cudnnStatus(cudnnBackendCreateDescriptor(type, &descriptor.raw_),
+                    fmt::format("creating backend descriptor type {}", static_cast<int>(type))));
+    return descriptor;
+  }
+
+  cudnnBackendDescriptor_t get() const { return raw_; }
+  explicit operator bool() const { return raw_ != nullptr; }
+
+ private:
+  void reset() {
+    if (raw_) cudnnBackendDestroyDescriptor(raw_);
+    raw_ = nullptr;
+  }
+  cudnnBackendDescriptor_t raw_ = nullptr;
+};
+
+Status setAttribute(const CudnnDescriptor& descriptor, cudnnBackendAttributeName_t name,
+                    cudnnBackendAttributeType_t type, int64_t count, const void* values) {
+  return cudnnStatus(cudnnBackendSetAttribute(descriptor.get(), name, type, count, values),
+                     fmt::format("setting backend attribute {}", static_cast<int>(name)));
+}
+
+Status setInt64s(const CudnnDescriptor& descriptor, cudnnBackendAttributeName_t name,
+                 const std::vector<int64_t>& values) {
+  return setAttribute(descriptor, name, CUDNN_TYPE_INT64, static_cast<int64_t>(values.size()),
+                      values.data());
+}
+
+Status setDescriptor(const CudnnDescriptor& descriptor, cudnnBackendAttributeName_t name,
+                     cudnnBackendDescriptor_t value) {
+  return setAttribute(descriptor, name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &value);
+}
+
+Status finalize(const CudnnDescriptor& descriptor, std::string_view what) {
+  return cudnnStatus(cudnnBackendFinalize(descriptor.get()), fmt::format("finalizing {}", what));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The operation graph.
+
+enum TensorUid : int64_t {
+  kUidX = 1,
+  kUidW = 2,
+  kUidY = 3,
+  kUidBias = 4,
+  kUidResidual = 5,
+  kUidFirstVirtual = 100,
+};
+
+// An activation as cuDNN's RELU_FWD / SIGMOID_FWD / TANH_FWD / GELU_FWD computes it.
+struct CudnnActivation {
+  cudnnPointwiseMode_t mode = CUDNN_POINTWISE_RELU_FWD;
+  double lowerClip = 0;
+  double upperClip = std::numeric_limits<float>::max();
+  double lowerClipSlope = 0;
+};
+
+// The cuDNN pointwise mode that computes `epilogue`'s activation exactly, if there is one.
+// RELU_FWD gives x below the lower clip as lower + slope * (x - lower) and clips x above the
+// upper clip, so Relu, LeakyRelu (slope alpha) and a Clip with finite, ordered bounds fit;
+// GELU_FWD is the erf form. HardSigmoid and HardSwish have no mode.
+std::optional<CudnnActivation> cudnnActivationFor(const ConvEpilogue& epilogue) {
+  CudnnActivation a;
+  switch (epilogue.activation) {
+    case ConvActivation::kRelu:
+      return a;
+    case ConvActivation::kLeakyRelu:
+      a.lowerClipSlope = epilogue.alpha;
+      return a;
+    case ConvActivation::kClip:
+      if (!std::isfinite(epilogue.alpha) || !std::isfinite(epilogue.beta) ||
+          epilogue.alpha > epilogue.beta) {
+        return std::nullopt;
+      }
+      a.lowerClip = epilogue.alpha;
+      a.upperClip = epilogue.beta;
+      return a;
+    case ConvActivation::kSigmoid:
+      a.mode = CUDNN_POINTWISE_SIGMOID_FWD;
+      return a;
+    case ConvActivation::kTanh:
+      a.mode = CUDNN_POINTWISE_TANH_FWD;
+      return a;
+    case ConvActivation::kGelu:
+      a.mode = CUDNN_POINTWISE_GELU_FWD;
+      return a;
+    case ConvActivation::kNone:
+    case ConvActivation::kHardSigmoid:
+    case ConvActivation::kHardSwish:
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+// What a cuDNN graph computes after the convolution, in this order.
+struct Fusion {
+  bool bias = false;
+  bool residual = false;
+  std::optional<CudnnActivation> activation;
+
+  bool any() const { return bias || residual || activation; }
+};
+
+// Everything of `problem`'s epilogue that cuDNN can take.
+Fusion fullFusion(const ConvProblem& problem) {
+  return {problem.hasBias, problem.hasResidual, cudnnActivationFor(problem.epilogue)};
+}
+
+// Whether kiln's epilogue kernel has work left after a graph with `fusion`.
+bool epilogueRemains(const ConvProblem& problem, const Fusion& fusion) {
+  return (problem.hasBias && !fusion.bias) || (problem.hasResidual && !fusion.residual) ||
+         (problem.epilogue.activation != ConvActivation::kNone && !fusion.activation);
+}
+
+// The tensors as cuDNN sees them: 4-D for 1-D (height 1) and 2-D convolutions, 5-D for 3-D;
+// dims in NCHW order, strides giving the layout. NhwcConv's weights are read reordered to
+// [M, kH, kW, C/group] (KRSC, the filter layout of NHWC convolutions).
+struct CudnnShapes {
+  std::vector<int64_t> xDims, xStrides, wDims, wStrides, yDims, yStrides, biasDims, biasStrides;
+  std::vector<int64_t> pads, convStrides, dilations;
+};
+
+CudnnShapes cudnnShapesFor(const ConvProblem& p) {
+  const ConvGeometry& g = p.geometry;
+  const size_t spatial = std::max<size_t>(p.spatialRank, 2);
+  const size_t first = 3 - spatial;  // first geometry axis cuDNN sees
+  CudnnShapes s;
+  const int64_t groupChannels = g.channels / g.group;
+  s.xDims = {g.batch, g.channels};
+  s.xStrides = {g.xStrides[0], g.xStrides[1]};
+  s.wDims = {g.outChannels, groupChannels};
+  s.wStrides = {g.wStrides[0], g.wStrides[1]};
+  s.yDims = {g.batch, g.outChannels};
+  s.yStrides = {g.yStrides[0], g.yStrides[1]};
+  s.biasDims = {1, g.outChannels};
+  s.biasStrides = {g.outChannels, 1};
+  for (size_t axis = first; axis < 3; ++axis) {
+    s.xDims.push_back(g.in[axis]);
+    s.xStrides.push_back(g.xStrides[2 + axis]);
+    s.wDims.push_back(g.kernel[axis]);
+    s.wStrides.push_back(g.wStrides[2 + axis]);
+    s.yDims.push_back(g.out[axis]);
+    s.yStrides.push_back(g.yStrides[2 + axis]);
+    s.biasDims.push_back(1);
+    s.biasStrides.push_back(p.nhwc ? g.outChannels : 1);
+    s.pads.push_back(g.padBegin[axis]);  // symmetric: the end pads are the same
+    s.convStrides.push_back(g.stride[axis]);
+    s.dilations.push_back(g.dilation[axis]);
+  }
+  if (p.nhwc) {
+    // KRSC: [M][kH][kW][C/group], packed.
+    s.wStrides = {g.kernel[1] * g.kernel[2] * groupChannels, 1, g.kernel[2] * groupChannels,
+                  groupChannels};
+  }
+  return s;
+}
+
+// A finalized operation graph and the descriptors it was made from, which live as long as it
+// does (cuDNN's own frontend keeps them so).
+struct CudnnGraph {
+  std::vector<CudnnDescriptor> parts;
+  CudnnDescriptor graph;
+  std::vector<int64_t> uids;  // the graph's non-virtual tensors
+  Fusion fusion;
+};
+
+class GraphBuilder {
+ public:
+  explicit GraphBuilder(CudnnGraph& graph) : graph_(graph) {}
+
+  Result<cudnnBackendDescriptor_t> tensor(int64_t uid, const std::vector<int64_t>& dims,
+                                          const std::vector<int64_t>& strides, bool isVirtual) {
+    KILN_ASSIGN_OR_RETURN(CudnnDescriptor t,
+                          CudnnDescriptor::create(CUDNN_BACKEND_TENSOR_DESCRIPTOR));
+    const cudnnDataType_t type = CUDNN_DATA_FLOAT;
+    const bool virtualFlag = isVirtual;
+    KILN_RETURN_IF_ERROR(
+        setAttribute(t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type));
+    KILN_RETURN_IF_ERROR(setInt64s(t, CUDNN_ATTR_TENSOR_DIMENSIONS, dims));
+    KILN_RETURN_IF_ERROR(setInt64s(t, CUDNN_ATTR_TENSOR_STRIDES, strides));
+    KILN_RETURN_IF_ERROR(setInt64s(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, {uid}));
+    KILN_RETURN_IF_ERROR(setInt64s(t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, {kTensorAlignment}));
+    KILN_RETURN_IF_ERROR(
+        setAttribute(t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virtualFlag));
+    KILN_RETURN_IF_ERROR(finalize(t, fmt::format("tensor {}", uid)));
+    return keep(std::move(t));
+  }
+
+  Result<cudnnBackendDescriptor_t> convolution(const CudnnShapes& s, cudnnBackendDescriptor_t x,
+                                               cudnnBackendDescriptor_t w,
+                                               cudnnBackendDescriptor_t y) {
+    KILN_ASSIGN_OR_RETURN(CudnnDescriptor conv,
+                          CudnnDescriptor::create(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR));
+    // fp32 math: the convolution's own compute type (tensor-core engines are filtered later).
+    const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
+    const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;  // ONNX Conv does not flip
+    KILN_RETURN_IF_ERROR(
+        setAttribute(conv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute));
+    KILN_RETURN_IF_ERROR(setAttribute(conv, CUDNN_ATTR_CONVOLUTION_CONV_MODE,
+                                      CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode));
+    KILN_RETURN_IF_ERROR(setInt64s(conv, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS,
+                                   {static_cast<int64_t>(s.pads.size())}));
+    KILN_RETURN_IF_ERROR(setInt64s(conv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, s.pads));
+    KILN_RETURN_IF_ERROR(setInt64s(conv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, s.pads));
+    KILN_RETURN_IF_ERROR(setInt64s(conv, CUDNN_ATTR_CONVOLUTION_DILATIONS, s.dilations));
+    KILN_RETURN_IF_ERROR(setInt64s(conv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, s.convStrides));
+    KILN_RETURN_IF_ERROR(finalize(conv, "the convolution descriptor"));
+
+    KILN_ASSIGN_OR_RETURN(
+        CudnnDescriptor op,
+        CudnnDescriptor::create(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR));
+    const float alpha = 1.0f, beta = 0.0f;
+    KILN_RETURN_IF_ERROR(setDescriptor(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, x));
+    KILN_RETURN_IF_ERROR(setDescriptor(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, w));
+    KILN_RETURN_IF_ERROR(setDescriptor(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, y));
+    KILN_RETURN_IF_ERROR(
+        setDescriptor(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, conv.get()));
+    KILN_RETURN_IF_ERROR(setAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+                                      CUDNN_TYPE_FLOAT, 1, &alpha));
+    KILN_RETURN_IF_ERROR(setAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA,
+                                      CUDNN_TYPE_FLOAT, 1, &beta));
+    KILN_RETURN_IF_ERROR(finalize(op, "the convolution operation"));
+    keep(std::move(conv));
+    return addOperation(std::move(op));
+  }
+
+  // y = x + b (ADD, b broadcast), or y = activation(x) (b null, `activation` given).
+  Result<cudnnBackendDescriptor_t> pointwise(cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b,
+                                             cudnnBackendDescriptor_t y,
+                                             const std::optional<CudnnActivation>& activation) {
+    KILN_ASSIGN_OR_RETURN(CudnnDescriptor mode,
+                          CudnnDescriptor::create(CUDNN_BACKEND_POINTWISE_DESCRIPTOR));
+    const cudnnPointwiseMode_t pointwiseMode = activation ? activation->mode : CUDNN_POINTWISE_ADD;
+    const cudnnDataType_t precision = CUDNN_DATA_FLOAT;
+    KILN_RETURN_IF_ERROR(setAttribute(mode, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1,
+                                      &pointwiseMode));
+    KILN_RETURN_IF_ERROR(
+        setAttribute(mode, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &precision));
+    if (activation && activation->mode == CUDNN_POINTWISE_RELU_FWD) {
+      KILN_RETURN_IF_ERROR(setAttribute(mode, CUDNN_ATTR_POINTWISE_RELU_LOWER_CLIP,
+                                        CUDNN_TYPE_DOUBLE, 1, &activation->lowerClip));
+      KILN_RETURN_IF_ERROR(setAttribute(mode, CUDNN_ATTR_POINTWISE_RELU_UPPER_CLIP,
+                                        CUDNN_TYPE_DOUBLE, 1, &activation->upperClip));
+      KILN_RETURN_IF_ERROR(setAttribute(mode, CUDNN_ATTR_POINTWISE_RELU_LOWER_CLIP_SLOPE,
+                                        CUDNN_TYPE_DOUBLE, 1, &activation->lowerClipSlope));
+    }
+    KILN_RETURN_IF_ERROR(finalize(mode, "a pointwise descriptor"));
+
+    KILN_ASSIGN_OR_RETURN(CudnnDescriptor op,
+                          CudnnDescriptor::create(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR));
+    const float one = 1.0f;
+    KILN_RETURN_IF_ERROR(
+        setDescriptor(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, mode.get()));
+    KILN_RETURN_IF_ERROR(setDescriptor(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x));
+    if (b) KILN_RETURN_IF_ERROR(setDescriptor(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b));
+    KILN_RETURN_IF_ERROR(setDescriptor(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y));
+    KILN_RETURN_IF_ERROR(
+        setAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &one));
+    KILN_RETURN_IF_ERROR(
+        setAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &one));
+    KILN_RETURN_IF_ERROR(finalize(op, "a pointwise operation"));
+    keep(std::move(mode));
+    return addOperation(std::move(op));
+  }
+
+  Status finish(cudnnHandle_t handle) {
+    KILN_ASSIGN_OR_RETURN(graph_.graph,
+                          CudnnDescriptor::create(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR));
+    KILN_RETURN_IF_ERROR(
+        setAttribute(graph_.graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                     static_cast<int64_t>(operations_.size()), operations_.data()));
+    KILN_RETURN_IF_ERROR(setAttribute(graph_.graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE,
+                                      CUDNN_TYPE_HANDLE, 1, &handle));
+    return finalize(graph_.graph, "the operation graph");
+  }
+
+ private:
+  cudnnBackendDescriptor_t keep(CudnnDescriptor descriptor) {
+    graph_.parts.push_back(std::move(descriptor));
+    return graph_.parts.back().get();
+  }
+  cudnnBackendDescriptor_t addOperation(CudnnDescriptor op) {
+    operations_.push_back(op.get());
+    return keep(std::move(op));
+  }
+
+  CudnnGraph& graph_;
+  std::vector<cudnnBackendDescriptor_t> operations_;
+};
+
+// The convolution, then `fusion`'s steps in order; the last writes Y, the others virtual
+// tensors.
+Result<CudnnGraph> buildGraph(const ConvProblem& problem, const Fusion& fusion,
+                              cudnnHandle_t handle) {
+  const CudnnShapes s = cudnnShapesFor(problem);
+  CudnnGraph result;
+  result.fusion = fusion;
+  GraphBuilder b(result);
+  KILN_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t x, b.tensor(kUidX, s.xDims, s.xStrides, false));
+  KILN_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t w, b.tensor(kUidW, s.wDims, s.wStrides, false));
+  KILN_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t y, b.tensor(kUidY, s.yDims, s.yStrides, false));
+  result.uids = {kUidX, kUidW, kUidY};
+  cudnnBackendDescriptor_t bias = nullptr;
+  cudnnBackendDescriptor_t residual = nullptr;
+  if (fusion.bias) {
+    KILN_ASSIGN_OR_RETURN(bias, b.tensor(kUidBias, s.biasDims, s.biasStrides, false));
+    result.uids.push_back(kUidBias);
+  }
+  if (fusion.residual) {
+    KILN_ASSIGN_OR_RETURN(residual, b.tensor(kUidResidual, s.yDims, s.yStrides, false));
+    result.uids.push_back(kUidResidual);
+  }
+  int remaining = int{fusion.bias} + int{fusion.residual} + int{fusion.activation.has_value()};
+  int64_t nextVirtual = kUidFirstVirtual;
+  // The output of the next operation: Y for the last, else a fresh virtual tensor.
+  auto nextOutput = [&]() -> Result<cudnnBackendDescriptor_t> {
+    if (remaining-- == 0) return y;
+    return b.tensor(nextVirtual++, s.yDims, s.yStrides, true);
+  };
+  KILN_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t current, nextOutput());
+  KILN_RETURN_IF_ERROR(b.convolution(s, x, w, current).status());
+  if (fusion.bias) {
+    KILN_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t out, nextOutput());
+    KILN_RETURN_IF_ERROR(b.pointwise(current, bias, out, std::nullopt).status());
+    current = out;
+  }
+  if (fusion.residual) {
+    KILN_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t out, nextOutput());
+    KILN_RETURN_IF_ERROR(b.pointwise(current, residual, out, std::nullopt).status());
+    current = out;
+  }
+  if (fusion.activation) {
+    KILN_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t out, nextOutput());
+    KILN_RETURN_IF_ERROR(b.pointwise(current, nullptr, out, fusion.activation).status());
+  }
+  KILN_RETURN_IF_ERROR(b.finish(handle));
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Engine configs and execution plans.
+
+struct CudnnPlan {
+  CudnnDescriptor config;
+  CudnnDescriptor plan;
+  int64_t workspace = 0;
+  int64_t engine = -1;  // cuDNN's global engine index
+};
+
+// Numerical notes of engines whose fp32 results would drift from the reference by more than
+// kiln's convolution tolerance: TF32 tensor cores, down-converted inputs, reduced-precision
+// reductions, FFT and Winograd transforms.
+bool keepsFp32Accuracy(cudnnBackendDescriptor_t engine) {
+  cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+  int64_t count = 0;
+  if (cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                               CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &count,
+                               notes) != CUDNN_STATUS_SUCCESS) {
+    return false;  // unknown numerics: not for an fp32-exact step
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    switch (notes[i]) {
+      case CUDNN_NUMERICAL_NOTE_TENSOR_CORE:
+      case CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS:
+      case CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION:
+      case CUDNN_NUMERICAL_NOTE_FFT:
+      case CUDNN_NUMERICAL_NOTE_WINOGRAD:
+      case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_4x4:
+      case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_6x6:
+      case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_13x13:
+        return false;
+      default:
+        break;
+    }
+  }
+  return true;
+}
+
+// The engine configs of heuristics `mode` for `graph`, in cuDNN's order.
+Result<std::vector<CudnnDescriptor>> engineConfigs(const CudnnGraph& graph,
+                                                   cudnnBackendHeurMode_t mode) {
+  KILN_ASSIGN_OR_RETURN(CudnnDescriptor heuristics,
+                        CudnnDescriptor::create(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR));
+  KILN_RETURN_IF_ERROR(
+      setDescriptor(heuristics, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph.graph.get()));
+  KILN_RETURN_IF_ERROR(
+      setAttribute(heuristics, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode));
+  KILN_RETURN_IF_ERROR(finalize(heuristics, "the engine heuristics"));
+  int64_t available = 0;
+  KILN_RETURN_IF_ERROR(
+      cudnnStatus(cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                           CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &available, nullptr),
+                  "counting the heuristics' engine configs"));
+  std::vector<CudnnDescriptor> configs;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (int64_t i = 0; i < available; ++i) {
+    KILN_ASSIGN_OR_RETURN(CudnnDescriptor config,
+                          CudnnDescriptor::create(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
+    raw.push_back(config.get());
+    configs.push_back(std::move(config));
+  }
+  if (available == 0) return configs;
+  int64_t returned = 0;
+  KILN_RETURN_IF_ERROR(cudnnStatus(
+      cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                               CUDNN_TYPE_BACKEND_DESCRIPTOR, available, &returned, raw.data()),
+      "reading the heuristics' engine configs"));
+  configs.resize(static_cast<size_t>(std::clamp<int64_t>(returned, 0, available)));
+  return configs;
+}
+
+// An execution plan for `config` if its engine keeps fp32 accuracy, finalizes on this device and
+// needs a workspace within kiln's bound; nullopt otherwise.
+Result<std::optional<CudnnPlan>> planFor(CudnnDescriptor config, cudnnHandle_t handle) {
+  KILN_ASSIGN_OR_RETURN(CudnnDescriptor engine,
+                        CudnnDescriptor::create(CUDNN_BACKEND_ENGINE_DESCRIPTOR));
+  cudnnBackendDescriptor_t rawEngine = engine.get();
+  int64_t count = 0;
+  if (cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_ENGINE,
+                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &count,
+                               &rawEngine) != CUDNN_STATUS_SUCCESS ||
+      !keepsFp32Accuracy(rawEngine)) {
+    return std::optional<CudnnPlan>();
+  }
+  CudnnPlan plan;
+  cudnnBackendGetAttribute(rawEngine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &count,
+                           &plan.engine);
+  KILN_ASSIGN_OR_RETURN(plan.plan,
+                        CudnnDescriptor::create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR));
+  KILN_RETURN_IF_ERROR(
+      setAttribute(plan.plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle));
+  KILN_RETURN_IF_ERROR(
+      setDescriptor(plan.plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config.get()));
+  if (cudnnBackendFinalize(plan.plan.get()) != CUDNN_STATUS_SUCCESS) {
+    return std::optional<CudnnPlan>();
+  }
+  KILN_RETURN_IF_ERROR(cudnnStatus(
+      cudnnBackendGetAttribute(plan.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                               CUDNN_TYPE_INT64, 1, &count, &plan.workspace),
+      "reading an execution plan's workspace size"));
+  if (plan.workspace < 0 || plan.workspace > kMaxCudnnWorkspace) return std::optional<CudnnPlan>();
+  plan.config = std::move(config);
+  return std::optional<CudnnPlan>(std::move(plan));
+}
+
+// Up to `limit` plans for `graph`, best first by cuDNN's heuristics (mode A; its fallback list
+// when mode A gives none that kiln can use). A heuristics mode that fails adds its reason to
+// `why`.
+Result<std::vector<CudnnPlan>> findPlans(const CudnnGraph& graph, cudnnHandle_t handle,
+                                         size_t limit, std::string& why) {
+  std::vector<CudnnPlan> plans;
+  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+    auto configs = engineConfigs(graph, mode);
+    if (!configs.isOk()) {
+      why += configs.status().message() + "; ";
+      continue;
+    }
+    for (CudnnDescriptor& config : *configs) {
+      KILN_ASSIGN_OR_RETURN(std::optional<CudnnPlan> plan, planFor(std::move(config), handle));
+      if (plan) plans.push_back(std::move(*plan));
+      if (plans.size() >= limit) return plans;
+    }
+    if (!plans.empty()) return plans;
+  }
+  return plans;
+}
+
+Result<CudnnDescriptor> variantPack(const std::vector<int64_t>& uids, std::vector<void*> pointers,
+                                    void* workspace) {
+  KILN_ASSIGN_OR_RETURN(CudnnDescriptor pack,
+                        CudnnDescriptor::create(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR));
+  KILN_RETURN_IF_ERROR(setInt64s(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, uids));
+  KILN_RETURN_IF_ERROR(setAttribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+                                    CUDNN_TYPE_VOID_PTR, static_cast<int64_t>(pointers.size()),
+                                    pointers.data()));
+  KILN_RETURN_IF_ERROR(
+      setAttribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace));
+  KILN_RETURN_IF_ERROR(finalize(pack, "the variant pack"));
+  return pack;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The step.
+
+struct ConvChoice {
+  bool cudnn = true;
+  bool timed = false;
+  bool fuseEpilogue = true;
+};
+
+class ConvStep final : public Step {
+ public:
+  ConvStep(ConvProblem problem, ConvChoice choice) : problem_(std::move(problem)), choice_(choice) {
+    layout = problem_.nhwc ? "nhwc" : "nchw";
+    precision = "fp32";
+    useCudnn_ = choice_.cudnn;
+    const Fusion planned = choice_.fuseEpilogue ? fullFusion(problem_) : Fusion{};
+    tactic = tacticFor(planned);
+  }
+
+  Status prepare(PrepareContext& prepare) override {
+    if (!useCudnn_) return Status::ok();
+    cudnnHandle_t handle = prepare.context.cudnn;
+    // Tiers: everything cuDNN can fuse, then the bare convolution (kiln's epilogue kernel after
+    // it). A tier cuDNN cannot build or plan is skipped; its reason is kept for the message.
+    std::vector<Fusion> tiers;
+    if (choice_.fuseEpilogue && fullFusion(problem_).any()) tiers.push_back(fullFusion(problem_));
+    tiers.push_back(Fusion{});
+    std::string reasons;
+    for (const Fusion& fusion : tiers) {
+      auto graph = buildGraph(problem_, fusion, handle);
+      if (!graph.isOk()) {
+        reasons += fmt::format("{}; ", graph.status().message());
+        continue;
+      }
+      KILN_ASSIGN_OR_RETURN(std::vector<CudnnPlan> plans,
+                            findPlans(*graph, handle, choice_.timed ? kMaxTimedPlans : 1, reasons));
+      if (plans.empty()) {
+        reasons += fmt::format(
+            "no fp32-exact engine for {} fused op(s); ",
+            int{fusion.bias} + int{fusion.residual} + int{fusion.activation.has_value()});
+        continue;
+      }
+      graph_ = std::move(*graph);
+      KILN_RETURN_IF_ERROR(prepareWeights(prepare));
+      size_t best = 0;
+      if (plans.size() > 1) {
+        KILN_ASSIGN_OR_RETURN(best, fastest(plans, prepare));
+      }
+      plan_ = std::move(plans[best]);
+      tactic = tacticFor(graph_.fusion);
+      return Status::ok();
+    }
+    // No engine: kiln's kernel computes the same thing.
+    useCudnn_ = false;
+    tactic = "kiln.conv";
+    fallbackReason_ = fmt::format("cuDNN has no engine for {} ({})", problem_.shapes, reasons);
+    return Status::ok();
+  }
+
+  int64_t workspaceBytes() const override {
+    if (!useCudnn_) return 0;
+    return alignUp(plan_.workspace) + (reorderEachRun() ? weightBytes() : 0);
+  }
+
+  Status enqueue(const Context& context) const override {
+    const float* x = context.data<float>(*inputs[0]);
+    const float* w = context.data<float>(*inputs[1]);
+    const float* bias = problem_.hasBias ? context.data<float>(*inputs[2]) : nullptr;
+    const float* residual = problem_.hasResidual ? context.data<float>(*inputs[3]) : nullptr;
+    float* y = context.data<float>(*outputs[0]);
+    if (!useCudnn_) {
+      return cudaStatus(launchDirectConv(problem_.geometry, x, w, bias, residual, y,
+                                         problem_.epilogue, context.stream),
+                        "the direct convolution kernel");
+    }
+    const float* weights = w;
+    if (problem_.nhwc) {
+      weights = reorderedWeights_;
+      if (reorderEachRun()) {
+        float* scratch = reinterpret_cast<float*>(context.workspace + alignUp(plan_.workspace));
+        KILN_RETURN_IF_ERROR(reorderWeights(w, scratch, context.stream));
+        weights = scratch;
+      }
+    }
+    KILN_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t pack,
+                          packFor(context, x, weights, y, bias, residual));
+    KILN_CUDNN_CHECK(cudnnBackendExecute(context.cudnn, plan_.plan.get(), pack));
+    if (!epilogueRemains(problem_, graph_.fusion)) return Status::ok();
+    const Fusion& f = graph_.fusion;
+    ConvEpilogue rest = problem_.epilogue;
+    if (f.activation) rest.activation = ConvActivation::kNone;
+    return cudaStatus(
+        launchConvEpilogue(y, f.bias ? nullptr : bias, f.residual ? nullptr : residual,
+                           problem_.outputElements, problem_.geometry.outChannels,
+                           problem_.nhwc ? 1 : problem_.outputSpatial, rest, context.stream),
+        "the convolution epilogue kernel");
+  }
+
+ private:
+  std::string tacticFor(const Fusion& fusion) const {
+    if (!useCudnn_) return "kiln.conv";
+    std::string name = choice_.timed ? "cudnn.timed" : "cudnn";
+    if (epilogueRemains(problem_, fusion)) name += "+epilogue";
+    return name;
+  }
+
+  int64_t weightBytes() const {
+    return problem_.weightElements * static_cast<int64_t>(sizeof(float));
+  }
+  // NhwcConv weights that are not constants are reordered for cuDNN on every run, into the
+  // workspace after cuDNN's own.
+  bool reorderEachRun() const { return problem_.nhwc && !problem_.weightsConstant; }
+
+  Status reorderWeights(const float* hwio, float* ohwi, cudaStream_t stream) const {
+    const ConvGeometry& g = problem_.geometry;
+    return cudaStatus(launchHwioToOhwi(hwio, ohwi, g.kernel[1], g.kernel[2], g.channels / g.group,
+                                       g.outChannels, stream),
+                      "reordering NhwcConv weights for cuDNN");
+  }
+
+  // Constant NhwcConv weights, reordered once into memory the plan keeps.
+  Status prepareWeights(PrepareContext& prepare) {
+    if (!problem_.nhwc || !problem_.weightsConstant) return Status::ok();
+    KILN_ASSIGN_OR_RETURN(std::byte * memory,
+                          prepare.allocate(weightBytes(), "reordered NhwcConv weights"));
+    reorderedWeights_ = reinterpret_cast<float*>(memory);
+    return reorderWeights(prepare.context.data<float>(*inputs[1]), reorderedWeights_,
+                          prepare.context.stream);
+  }
+
+  std::vector<void*> pointersFor(const float* x, const float* w, float* y, const float* bias,
+                                 const float* residual) const {
+    std::vector<void*> pointers;
+    for (int64_t uid : graph_.uids) {
+      switch (uid) {
+        case kUidX:
+          pointers.push_back(const_cast<float*>(x));
+          break;
+        case kUidW:
+          pointers.push_back(const_cast<float*>(w));
+          break;
+        case kUidY:
+          pointers.push_back(y);
+          break;
+        case kUidBias:
+          pointers.push_back(const_cast<float*>(bias));
+          break;
+        default:
+          pointers.push_back(const_cast<float*>(residual));
+          break;
+      }
+    }
+    return pointers;
+  }
+
+  // The variant pack for this run's buffers, made once per set of device addresses (they only
+  // change if the plan's memory is made again).
+  Result<cudnnBackendDescriptor_t> packFor(const Context& context, const float* x, const float* w,
+                                           float* y, const float* bias,
+                                           const float* residual) const {
+    const std::vector<void*> pointers = pointersFor(x, w, y, bias, residual);
+    void* workspace = plan_.workspace > 0 ? context.workspace : nullptr;
+    if (!pack_ || pointers != packPointers_ || workspace != packWorkspace_) {
+      KILN_ASSIGN_OR_RETURN(pack_, variantPack(graph_.uids, pointers, workspace));
+      packPointers_ = pointers;
+      packWorkspace_ = workspace;
+    }
+    return pack_.get();
+  }
+
+  // The index of the fastest of `plans`, each run on the step's own buffers (outputs included:
+  // nothing has read them yet) after one untimed run; a plan that fails to run is passed over.
+  Result<size_t> fastest(const std::vector<CudnnPlan>& plans, PrepareContext& prepare) const {
+    const Context& c = prepare.context;
+    int64_t workspaceBytes = 0;
+    for (const CudnnPlan& plan : plans) workspaceBytes = std::max(workspaceBytes, plan.workspace);
+    KILN_ASSIGN_OR_RETURN(DeviceMemory workspace,
+                          DeviceMemory::allocate(workspaceBytes, "timing cuDNN plans"));
+    DeviceMemory scratchWeights;
+    const float* weights = c.data<float>(*inputs[1]);
+    if (problem_.nhwc && problem_.weightsConstant) weights = reorderedWeights_;
+    if (reorderEachRun()) {
+      KILN_ASSIGN_OR_RETURN(scratchWeights,
+                            DeviceMemory::allocate(weightBytes(), "timing cuDNN plans"));
+      weights = reinterpret_cast<const float*>(scratchWeights.data());  // contents do not matter
+    }
+    const std::vector<void*> pointers =
+        pointersFor(c.data<float>(*inputs[0]), weights, c.data<float>(*outputs[0]),
+                    problem_.hasBias ? c.data<float>(*inputs[2]) : nullptr,
+                    problem_.hasResidual ? c.data<float>(*inputs[3]) : nullptr);
+    KILN_ASSIGN_OR_RETURN(Event start, Event::create());
+    KILN_ASSIGN_OR_RETURN(Event stop, Event::create());
+    size_t best = 0;
+    double bestMs = std::numeric_limits<double>::infinity();
+    for (size_t i = 0; i < plans.size(); ++i) {
+      KILN_ASSIGN_OR_RETURN(
+          CudnnDescriptor pack,
+          variantPack(graph_.uids, pointers, plans[i].workspace > 0 ? workspace.data() : nullptr));
+      if (cudnnBackendExecute(c.cudnn, plans[i].plan.get(), pack.get()) != CUDNN_STATUS_SUCCESS) {
+        continue;
+      }
+      KILN_CUDA_CHECK(cudaEventRecord(start.get(), c.stream));
+      bool ran = true;
+      for (int run = 0; run < kTimedRuns && ran; ++run) {
+        ran = cudnnBackendExecute(c.cudnn, plans[i].plan.get(), pack.get()) == CUDNN_STATUS_SUCCESS;
+      }
+      KILN_CUDA_CHECK(cudaEventRecord(stop.get(), c.stream));
+      KILN_CUDA_CHECK(cudaEventSynchronize(stop.get()));
+      if (!ran) continue;
+      KILN_ASSIGN_OR_RETURN(double ms, elapsedMs(start, stop));
+      if (ms < bestMs) {
+        bestMs = ms;
+        best = i;
+      }
+    }
+    // The workspace is freed on return: the runs must have finished with it.
+    KILN_CUDA_CHECK(cudaStreamSynchronize(c.stream));
+    return best;
+  }
+
+  ConvProblem problem_;
+  ConvChoice choice_;
+  bool useCudnn_ = true;
+  std::string fallbackReason_;  // why cuDNN was given up in prepare(), for a debugger
+  float* reorderedWeights_ = nullptr;
+  // Destroyed in reverse order: the pack before the plan before the graph it was made for.
+  CudnnGraph graph_;
+  CudnnPlan plan_;
+  mutable CudnnDescriptor pack_;
+  mutable std::vector<void*> packPointers_;
+  mutable void* packWorkspace_ = nullptr;
+};
+
+std::unique_ptr<Step> makeConvStep(const ir::Node& node, const knobs::Route& route) {
+  std::optional<ConvProblem> problem = readProblem(node);
+  if (!problem) return nullptr;
+  ConvChoice choice;
+  // cuDNN pads both ends of a dimension alike, and takes no empty tensors: those stay with
+  // kiln's kernel whatever the knob says.
+  choice.cudnn =
+      route.value(kConvSource, &node) == "cudnn" && problem->symmetricPads && !problem->empty;
+  choice.timed = route.value(kConvAlgo, &node) == "timed";
+  choice.fuseEpilogue = route.value(kConvEpilogue, &node) == "fused";
+  return std::make_unique<ConvStep>(std::move(*problem), choice);
+}
+
+const int kRegistered = registerStepFactory(kRankConv, "conv", makeConvStep);
+
+}  // namespace
+}  // namespace kiln::cuda

@@ -1,0 +1,532 @@
+// kiln's data-movement kernels (datamove.h). Simple and obviously correct first: one thread per
+// destination element in grid-stride loops, elements moved as raw 1/2/4/8-byte words, every
+// index guarded; the tiled transpose is the one kernel shaped for bandwidth.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kiln/backends/cuda/kernels/datamove.h"
+
+namespace kiln::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // grid-stride loops cover the rest
+// Below this many elements (source and destination), the strided gather indexes in 32 bits. A
+// margin below 2^31 keeps `i + gridDim.x * blockDim.x` (at most 2^28 more) from overflowing.
+constexpr int64_t kNarrowLimit = int64_t{1} << 30;
+
+constexpr int kTile = 32;     // the tiled transpose's tile edge
+constexpr int kTileRows = 8;  // thread rows per tile (each moves kTile / kTileRows elements)
+
+unsigned blocksFor(int64_t count) {
+  return static_cast<unsigned>(std::min<int64_t>((count + kThreads - 1) / kThreads, kMaxBlocks));
+}
+
+// Calls fn(U{}) with U the unsigned word of `elementSize` bytes; other sizes are invalid.
+template <typename Fn>
+cudaError_t bySize(int elementSize, Fn&& fn) {
+  switch (elementSize) {
+    case 1:
+      return fn(uint8_t{});
+    case 2:
+      return fn(uint16_t{});
+    case 4:
+      return fn(uint32_t{});
+    case 8:
+      return fn(uint64_t{});
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+// Calls fn(Index{}) with the index type the indices tensor holds.
+template <typename Fn>
+cudaError_t byIndexType(bool indices64, Fn&& fn) {
+  return indices64 ? fn(int64_t{}) : fn(int32_t{});
+}
+
+// An index as the reference reads it: negative counts from the back; -1 when out of range.
+template <typename Index>
+__device__ __forceinline__ int64_t normalizedIndex(const Index* indices, int64_t position,
+                                                   int64_t size) {
+  int64_t index = static_cast<int64_t>(indices[position]);
+  if (index < 0) index += size;
+  return index >= 0 && index < size ? index : -1;
+}
+
+template <typename U, typename I>
+__global__ void stridedGatherKernel(StridedGather g, const U* __restrict__ src, U* __restrict__ dst,
+                                    I total) {
+  for (I i = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
+       i < total; i += static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x)) {
+    I rest = i;
+    I source = static_cast<I>(g.srcOffset);
+#pragma unroll
+    for (int a = kMaxMoveRank - 1; a >= 0; --a) {
+      if (a >= g.rank) continue;
+      const I dim = static_cast<I>(g.dims[a]);
+      const I coord = rest % dim;
+      rest /= dim;
+      source += coord * static_cast<I>(g.srcStrides[a]);
+    }
+    dst[i] = src[source];
+  }
+}
+
+template <typename U>
+__global__ void tiledTransposeKernel(TiledTranspose t, const U* __restrict__ src,
+                                     U* __restrict__ dst, int64_t rowTiles, int64_t colTiles,
+                                     int64_t tileCount) {
+  // tile[col][row] within the tile; the padding column keeps the column reads conflict-free.
+  __shared__ U tile[kTile][kTile + 1];
+  // Every thread of the block runs the same iterations, so the barriers are uniform.
+  for (int64_t tileIndex = blockIdx.x; tileIndex < tileCount; tileIndex += gridDim.x) {
+    int64_t rest = tileIndex;
+    const int64_t colTile = rest % colTiles;
+    rest /= colTiles;
+    const int64_t rowTile = rest % rowTiles;
+    rest /= rowTiles;
+    int64_t srcBase = t.srcOffset;
+    int64_t dstBase = 0;
+    for (int a = t.batchRank - 1; a >= 0; --a) {
+      const int64_t coord = rest % t.batchDims[a];
+      rest /= t.batchDims[a];
+      srcBase += coord * t.batchSrcStrides[a];
+      dstBase += coord * t.batchDstStrides[a];
+    }
+    const int64_t row0 = rowTile * kTile;
+    const int64_t col0 = colTile * kTile;
+    // Read: neighbouring threads take neighbouring rows, which are neighbours in the source.
+    for (int k = threadIdx.y; k < kTile; k += kTileRows) {
+      const int64_t row = row0 + threadIdx.x;
+      const int64_t col = col0 + k;
+      if (row < t.rows && col < t.cols) {
+        tile[k][threadIdx.x] = src[srcBase + row + col * t.srcColStride];
+      }
+    }
+    __syncthreads();
+    // Write: neighbouring threads take neighbouring cols, which are neighbours in the output.
+    for (int k = threadIdx.y; k < kTile; k += kTileRows) {
+      const int64_t row = row0 + k;
+      const int64_t col = col0 + threadIdx.x;
+      if (row < t.rows && col < t.cols) {
+        dst[dstBase + row * t.dstRowStride + col] = tile[threadIdx.x][k];
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// The segment of a row that element `j` (0 <= j < starts[count]) falls in: the last k with
+// starts[k] <= j, which skips empty segments.
+__device__ __forceinline__ int findSegment(const int64_t* starts, int count, int64_t j) {
+  int lo = 0, hi = count;  // starts[lo] <= j < starts[hi]
+  while (hi - lo > 1) {
+    const int mid = lo + (hi - lo) / 2;
+    if (starts[mid] <= j) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+template <typename U>
+__global__ void concatKernel(SegmentedCopy c, U* __restrict__ big, int64_t total) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t o = i / c.rowWidth;
+    const int64_t j = i - o * c.rowWidth;
+    const int k = findSegment(c.starts, c.count, j);
+    const int64_t width = c.starts[k + 1] - c.starts[k];
+    const U* part = static_cast<const U*>(c.parts[k]);
+    big[i] = part[o * width + (j - c.starts[k])];
+  }
+}
+
+template <typename U>
+__global__ void splitKernel(SegmentedCopy c, const U* __restrict__ big, int64_t total) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t o = i / c.rowWidth;
+    const int64_t j = i - o * c.rowWidth;
+    const int k = findSegment(c.starts, c.count, j);
+    const int64_t width = c.starts[k + 1] - c.starts[k];
+    U* part = static_cast<U*>(c.parts[k]);
+    part[o * width + (j - c.starts[k])] = big[i];
+  }
+}
+
+template <typename U>
+__global__ void axisTableKernel(AxisTableGather g, const U* __restrict__ src, U* __restrict__ dst,
+                                int64_t total) {
+  const U fill = g.fillDevice ? *static_cast<const U*>(g.fillDevice) : static_cast<U>(g.fill);
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t rest = i;
+    int64_t source = 0;
+    bool outside = false;
+#pragma unroll
+    for (int a = kMaxMoveRank - 1; a >= 0; --a) {
+      if (a >= g.rank) continue;
+      const int64_t coord = rest % g.dims[a];
+      rest /= g.dims[a];
+      const int64_t offset = g.tables[g.tableStart[a] + coord];
+      outside = outside || offset < 0;
+      source += offset;
+    }
+    dst[i] = outside ? fill : src[source];
+  }
+}
+
+template <typename U, typename Index>
+__global__ void gatherKernel(GatherGeometry g, const U* __restrict__ data,
+                             const Index* __restrict__ indices, U* __restrict__ out,
+                             int64_t total) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i % g.inner;
+    const int64_t r = i / g.inner;
+    const int64_t j = r % g.indexCount;
+    const int64_t o = r / g.indexCount;
+    const int64_t index = normalizedIndex(indices, j, g.axisSize);
+    out[i] = index >= 0 ? data[(o * g.axisSize + index) * g.inner + t] : U{0};
+  }
+}
+
+// The data offset that element e of indices names, or -1 when its index is out of range.
+template <typename Index>
+__device__ __forceinline__ int64_t elementTarget(const ElementIndexing& g, const Index* indices,
+                                                 int64_t e) {
+  int64_t rest = e;
+  int64_t offset = 0;
+#pragma unroll
+  for (int a = kMaxMoveRank - 1; a >= 0; --a) {
+    if (a >= g.rank) continue;
+    const int64_t coord = rest % g.indexDims[a];
+    rest /= g.indexDims[a];
+    if (a != g.axis) offset += coord * g.dataStrides[a];
+  }
+  const int64_t index = normalizedIndex(indices, e, g.axisSize);
+  return index < 0 ? -1 : offset + index * g.dataStrides[g.axis];
+}
+
+template <typename U, typename Index>
+__global__ void gatherElementsKernel(ElementIndexing g, const U* __restrict__ data,
+                                     const Index* __restrict__ indices, U* __restrict__ out,
+                                     int64_t total) {
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t source = elementTarget(g, indices, e);
+    out[e] = source >= 0 ? data[source] : U{0};
+  }
+}
+
+template <typename U, typename Index>
+__global__ void scatterElementsKernel(ElementIndexing g, const Index* __restrict__ indices,
+                                      const U* __restrict__ updates, U* __restrict__ out,
+                                      int64_t total) {
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t target = elementTarget(g, indices, e);
+    if (target >= 0) out[target] = updates[e];
+  }
+}
+
+// The first data element of row `row`'s slice, or -1 when one of its indices is out of range.
+template <typename Index>
+__device__ __forceinline__ int64_t sliceStart(const NdIndexing& g, const Index* indices,
+                                              int64_t row) {
+  int64_t start = (row / g.rowsPerBatch) * g.batchBlock;
+  for (int j = 0; j < g.k; ++j) {
+    const int64_t index = normalizedIndex(indices, row * g.k + j, g.dims[j]);
+    if (index < 0) return -1;
+    start += index * g.strides[j];
+  }
+  return start;
+}
+
+template <typename U, typename Index>
+__global__ void gatherNdKernel(NdIndexing g, const U* __restrict__ data,
+                               const Index* __restrict__ indices, U* __restrict__ out,
+                               int64_t total) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = i / g.sliceSize;
+    const int64_t t = i - row * g.sliceSize;
+    const int64_t start = sliceStart(g, indices, row);
+    out[i] = start >= 0 ? data[start + t] : U{0};
+  }
+}
+
+template <typename U, typename Index>
+__global__ void scatterNdKernel(NdIndexing g, const Index* __restrict__ indices,
+                                const U* __restrict__ updates, U* __restrict__ out, int64_t total) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = i / g.sliceSize;
+    const int64_t t = i - row * g.sliceSize;
+    const int64_t start = sliceStart(g, indices, row);
+    if (start >= 0) out[start + t] = updates[i];
+  }
+}
+
+template <typename U>
+__global__ void triluKernel(const U* __restrict__ x, U* __restrict__ y, int64_t total, int64_t rows,
+                            int64_t cols, bool upper, int64_t k,
+                            const int64_t* __restrict__ kDevice) {
+  const int64_t diagonal = kDevice ? *kDevice : k;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t col = i % cols;
+    const int64_t row = (i / cols) % rows;
+    const int64_t offset = col - row;
+    const bool keep = upper ? offset >= diagonal : offset <= diagonal;
+    y[i] = keep ? x[i] : U{0};
+  }
+}
+
+__global__ void resizeInterpolateKernel(ResizeTables r, const float* __restrict__ x,
+                                        float* __restrict__ y, int64_t total) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t base[kMaxMoveRank] = {};
+    int64_t rest = i;
+    bool outside = false;
+    for (int a = r.rank - 1; a >= 0; --a) {
+      const int64_t coord = rest % r.dims[a];
+      rest /= r.dims[a];
+      base[a] = r.tableStart[a] + coord * r.taps[a];
+      outside = outside || r.offsets[base[a]] < 0;
+    }
+    if (outside) {
+      y[i] = r.extrapolation;
+      continue;
+    }
+    int64_t tap[kMaxMoveRank] = {};
+    float sum = 0.0f;
+    while (true) {
+      float weight = 1.0f;
+      int64_t source = 0;
+      for (int a = 0; a < r.rank; ++a) {
+        weight *= r.weights[base[a] + tap[a]];
+        source += r.offsets[base[a] + tap[a]];
+      }
+      sum += weight * x[source];
+      int a = r.rank - 1;
+      for (; a >= 0; --a) {
+        if (++tap[a] < r.taps[a]) break;
+        tap[a] = 0;
+      }
+      if (a < 0) break;
+    }
+    y[i] = sum;
+  }
+}
+
+bool validRank(int rank) { return rank >= 0 && rank <= kMaxMoveRank; }
+
+int64_t productOf(const int64_t* dims, int rank) {
+  int64_t total = 1;
+  for (int a = 0; a < rank; ++a) total *= dims[a];
+  return total;
+}
+
+}  // namespace
+
+cudaError_t launchStridedGather(const StridedGather& gather, const void* src, void* dst,
+                                int elementSize, cudaStream_t stream) {
+  if (!validRank(gather.rank)) return cudaErrorInvalidValue;
+  const int64_t total = productOf(gather.dims, gather.rank);
+  if (total <= 0) return cudaSuccess;
+  const bool narrow = total < kNarrowLimit && gather.srcElements < kNarrowLimit;
+  return bySize(elementSize, [&](auto tag) {
+    using U = decltype(tag);
+    if (narrow) {
+      stridedGatherKernel<U, int32_t><<<blocksFor(total), kThreads, 0, stream>>>(
+          gather, static_cast<const U*>(src), static_cast<U*>(dst), static_cast<int32_t>(total));
+    } else {
+      stridedGatherKernel<U, int64_t><<<blocksFor(total), kThreads, 0, stream>>>(
+          gather, static_cast<const U*>(src), static_cast<U*>(dst), total);
+    }
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launchTiledTranspose(const TiledTranspose& transpose, const void* src, void* dst,
+                                 int elementSize, cudaStream_t stream) {
+  if (!validRank(transpose.batchRank)) return cudaErrorInvalidValue;
+  const int64_t batch = productOf(transpose.batchDims, transpose.batchRank);
+  if (batch <= 0 || transpose.rows <= 0 || transpose.cols <= 0) return cudaSuccess;
+  const int64_t rowTiles = (transpose.rows + kTile - 1) / kTile;
+  const int64_t colTiles = (transpose.cols + kTile - 1) / kTile;
+  const int64_t tileCount = batch * rowTiles * colTiles;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(tileCount, kMaxBlocks));
+  return bySize(elementSize, [&](auto tag) {
+    using U = decltype(tag);
+    tiledTransposeKernel<U><<<blocks, dim3(kTile, kTileRows), 0, stream>>>(
+        transpose, static_cast<const U*>(src), static_cast<U*>(dst), rowTiles, colTiles, tileCount);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launchConcat(const SegmentedCopy& copy, void* big, int elementSize,
+                         cudaStream_t stream) {
+  const int64_t total = copy.outer * copy.rowWidth;
+  if (total <= 0) return cudaSuccess;
+  if (copy.count <= 0 || !copy.starts || !copy.parts) return cudaErrorInvalidValue;
+  return bySize(elementSize, [&](auto tag) {
+    using U = decltype(tag);
+    concatKernel<U><<<blocksFor(total), kThreads, 0, stream>>>(copy, static_cast<U*>(big), total);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launchSplit(const SegmentedCopy& copy, const void* big, int elementSize,
+                        cudaStream_t stream) {
+  const int64_t total = copy.outer * copy.rowWidth;
+  if (total <= 0) return cudaSuccess;
+  if (copy.count <= 0 || !copy.starts || !copy.parts) return cudaErrorInvalidValue;
+  return bySize(elementSize, [&](auto tag) {
+    using U = decltype(tag);
+    splitKernel<U>
+        <<<blocksFor(total), kThreads, 0, stream>>>(copy, static_cast<const U*>(big), total);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launchAxisTableGather(const AxisTableGather& gather, const void* src, void* dst,
+                                  int elementSize, cudaStream_t stream) {
+  if (!validRank(gather.rank)) return cudaErrorInvalidValue;
+  const int64_t total = productOf(gather.dims, gather.rank);
+  if (total <= 0) return cudaSuccess;
+  if (gather.rank > 0 && !gather.tables) return cudaErrorInvalidValue;
+  return bySize(elementSize, [&](auto tag) {
+    using U = decltype(tag);
+    axisTableKernel<U><<<blocksFor(total), kThreads, 0, stream>>>(
+        gather, static_cast<const U*>(src), static_cast<U*>(dst), total);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launchGather(const GatherGeometry& geometry, const void* data, const void* indices,
+                         bool indices64, void* out, int elementSize, cudaStream_t stream) {
+  const int64_t total = geometry.outer * geometry.indexCount * geometry.inner;
+  if (total <= 0) return cudaSuccess;
+  return bySize(elementSize, [&](auto tag) {
+    using U = decltype(tag);
+    return byIndexType(indices64, [&](auto indexTag) {
+      using Index = decltype(indexTag);
+      gatherKernel<U, Index><<<blocksFor(total), kThreads, 0, stream>>>(
+          geometry, static_cast<const U*>(data), static_cast<const Index*>(indices),
+          static_cast<U*>(out), total);
+      return cudaGetLastError();
+    });
+  });
+}
+
+cudaError_t launchGatherElements(const ElementIndexing& indexing, const void* data,
+                                 const void* indices, bool indices64, void* out, int elementSize,
+                                 cudaStream_t stream) {
+  if (!validRank(indexing.rank) || indexing.axis < 0 || indexing.axis >= indexing.rank) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t total = productOf(indexing.indexDims, indexing.rank);
+  if (total <= 0) return cudaSuccess;
+  return bySize(elementSize, [&](auto tag) {
+    using U = decltype(tag);
+    return byIndexType(indices64, [&](auto indexTag) {
+      using Index = decltype(indexTag);
+      gatherElementsKernel<U, Index><<<blocksFor(total), kThreads, 0, stream>>>(
+          indexing, static_cast<const U*>(data), static_cast<const Index*>(indices),
+          static_cast<U*>(out), total);
+      return cudaGetLastError();
+    });
+  });
+}
+
+cudaError_t launchScatterElements(const ElementIndexing& indexing, const void* indices,
+                                  bool indices64, const void* updates, void* out, int elementSize,
+                                  cudaStream_t stream) {
+  if (!validRank(indexing.rank) || indexing.axis < 0 || indexing.axis >= indexing.rank) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t total = productOf(indexing.indexDims, indexing.rank);
+  if (total <= 0) return cudaSuccess;
+  return bySize(elementSize, [&](auto tag) {
+    using U = decltype(tag);
+    return byIndexType(indices64, [&](auto indexTag) {
+      using Index = decltype(indexTag);
+      scatterElementsKernel<U, Index><<<blocksFor(total), kThreads, 0, stream>>>(
+          indexing, static_cast<const Index*>(indices), static_cast<const U*>(updates),
+          static_cast<U*>(out), total);
+      return cudaGetLastError();
+    });
+  });
+}
+
+cudaError_t launchGatherND(const NdIndexing& indexing, const void* data, const void* indices,
+                           bool indices64, void* out, int elementSize, cudaStream_t stream) {
+  const int64_t total = indexing.rows * indexing.sliceSize;
+  if (total <= 0) return cudaSuccess;
+  if (indexing.k < 1 || indexing.k > kMaxMoveRank || indexing.rowsPerBatch <= 0) {
+    return cudaErrorInvalidValue;
+  }
+  return bySize(elementSize, [&](auto tag) {
+    using U = decltype(tag);
+    return byIndexType(indices64, [&](auto indexTag) {
+      using Index = decltype(indexTag);
+      gatherNdKernel<U, Index><<<blocksFor(total), kThreads, 0, stream>>>(
+          indexing, static_cast<const U*>(data), static_cast<const Index*>(indices),
+          static_cast<U*>(out), total);
+      return cudaGetLastError();
+    });
+  });
+}
+
+cudaError_t launchScatterND(const NdIndexing& indexing, const void* indices, bool indices64,
+                            const void* updates, void* out, int elementSize, cudaStream_t stream) {
+  const int64_t total = indexing.rows * indexing.sliceSize;
+  if (total <= 0) return cudaSuccess;
+  if (indexing.k < 1 || indexing.k > kMaxMoveRank || indexing.rowsPerBatch <= 0) {
+    return cudaErrorInvalidValue;
+  }
+  return bySize(elementSize, [&](auto tag) {
+    using U = decltype(tag);
+    return byIndexType(indices64, [&](auto indexTag) {
+      using Index = decltype(indexTag);
+      scatterNdKernel<U, Index><<<blocksFor(total), kThreads, 0, stream>>>(
+          indexing, static_cast<const Index*>(indices), static_cast<const U*>(updates),
+          static_cast<U*>(out), total);
+      return cudaGetLastError();
+    });
+  });
+}
+
+cudaError_t launchTrilu(const void* x, void* y, int64_t count, int64_t rows, int64_t cols,
+                        bool upper, int64_t k, const int64_t* kDevice, int elementSize,
+                        cudaStream_t stream) {
+  if (count <= 0) return cudaSuccess;
+  if (rows <= 0 || cols <= 0) return cudaErrorInvalidValue;
+  return bySize(elementSize, [&](auto tag) {
+    using U = decltype(tag);
+    triluKernel<U><<<blocksFor(count), kThreads, 0, stream>>>(
+        static_cast<const U*>(x), static_cast<U*>(y), count, rows, cols, upper, k, kDevice);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launchResizeInterpolate(const ResizeTables& tables, const float* x, float* y,
+                                    cudaStream_t stream) {
+  if (!validRank(tables.rank)) return cudaErrorInvalidValue;
+  const int64_t total = productOf(tables.dims, tables.rank);
+  if (total <= 0) return cudaSuccess;
+  if (tables.rank == 0 || !tables.offsets || !tables.weights) return cudaErrorInvalidValue;
+  resizeInterpolateKernel<<<blocksFor(total), kThreads, 0, stream>>>(tables, x, y, total);
+  return cudaGetLastError();
+}
+
+}  // namespace kiln::cuda

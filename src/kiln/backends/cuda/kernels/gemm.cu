@@ -1,0 +1,157 @@
+// kiln's own matrix-product kernels (gemm.h): a tiled shared-memory SGEMM with the epilogue fused
+// into its stores, and the epilogue alone for products cuBLASLt computed.
+//
+// The SGEMM is the textbook one, written to be obviously correct: a block of 256 threads computes
+// a 64x64 tile of C, stepping through K 16 at a time with the A and B slivers staged in shared
+// memory (zero-filled past the matrix edges), each thread accumulating a 4x4 set of elements
+// strided by 16 rows and 16 columns so that its shared-memory reads and its stores coalesce.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kiln/backends/cuda/kernels/gemm.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+constexpr int kTileM = 64;
+constexpr int kTileN = 64;
+constexpr int kTileK = 16;
+constexpr int kThreads = 256;  // 16 x 16, each 4 x 4 elements
+constexpr int kGridLimit = 65535;
+
+// std::min / std::max exactly (the reference kernels use them): the first argument unless the
+// second compares smaller / greater, so a NaN second argument gives the first.
+__device__ __forceinline__ float stdMin(float a, float b) { return b < a ? b : a; }
+__device__ __forceinline__ float stdMax(float a, float b) { return a < b ? b : a; }
+
+// The activations as the reference applies them (src/kiln/reference/kernels/fused.cc).
+__device__ __forceinline__ float activate(float x, int activation, float alpha, float beta) {
+  switch (activation) {
+    case kGemmActivationRelu:
+      return x < 0.0f ? 0.0f : x;
+    case kGemmActivationLeakyRelu:
+      return x < 0.0f ? alpha * x : x;
+    case kGemmActivationClip:
+      if (x < alpha) x = alpha;
+      if (x > beta) x = beta;
+      return x;
+    case kGemmActivationSigmoid:
+      return 1.0f / (1.0f + expf(-x));
+    case kGemmActivationHardSigmoid:
+      return stdMax(0.0f, stdMin(1.0f, alpha * x + beta));
+    case kGemmActivationHardSwish:
+      return x * stdMax(0.0f, stdMin(1.0f, x / 6.0f + 0.5f));
+    case kGemmActivationTanh:
+      return tanhf(x);
+    case kGemmActivationGelu:
+      return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f));
+    default:
+      return x;
+  }
+}
+
+__device__ __forceinline__ float applyEpilogue(float y, int64_t i, int64_t j,
+                                               const GemmEpilogue& e) {
+  if (e.bias) y += e.biasScale * e.bias[i * e.biasRowStride + j * e.biasColumnStride];
+  return activate(y, e.activation, e.activationAlpha, e.activationBeta);
+}
+
+__global__ void __launch_bounds__(kThreads) nativeGemmKernel(NativeGemmArgs args) {
+  // As[p][i] = op(A)(i0 + i, p0 + p), Bs[p][j] = op(B)(p0 + p, j0 + j); rows padded by 4 so
+  // that the transposing stores of the loads below spread over the banks.
+  __shared__ float As[kTileK][kTileM + 4];
+  __shared__ float Bs[kTileK][kTileN + 4];
+  const int tx = static_cast<int>(threadIdx.x) % 16;
+  const int ty = static_cast<int>(threadIdx.x) / 16;
+  const int64_t m = args.m, n = args.n, k = args.k;
+  const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kTileN;
+  for (int64_t entry = blockIdx.z; entry < args.batch; entry += gridDim.z) {
+    const float* a = args.a + entry * args.strideA;
+    const float* b = args.b + entry * args.strideB;
+    float* c = args.c + entry * args.strideC;
+    for (int64_t i0 = static_cast<int64_t>(blockIdx.y) * kTileM; i0 < m;
+         i0 += static_cast<int64_t>(gridDim.y) * kTileM) {
+      float acc[4][4];
+      for (int r = 0; r < 4; ++r) {
+        for (int s = 0; s < 4; ++s) acc[r][s] = 0.0f;
+      }
+      for (int64_t p0 = 0; p0 < k; p0 += kTileK) {
+        // Each loop walks the operand's contiguous axis with consecutive threads.
+        for (int l = static_cast<int>(threadIdx.x); l < kTileM * kTileK; l += kThreads) {
+          const int ii = args.transA ? l % kTileM : l / kTileK;
+          const int pp = args.transA ? l / kTileM : l % kTileK;
+          const int64_t gi = i0 + ii, gp = p0 + pp;
+          float v = 0.0f;
+          if (gi < m && gp < k) v = args.transA ? a[gp * args.lda + gi] : a[gi * args.lda + gp];
+          As[pp][ii] = v;
+        }
+        for (int l = static_cast<int>(threadIdx.x); l < kTileK * kTileN; l += kThreads) {
+          const int jj = args.transB ? l / kTileK : l % kTileN;
+          const int pp = args.transB ? l % kTileK : l / kTileN;
+          const int64_t gj = j0 + jj, gp = p0 + pp;
+          float v = 0.0f;
+          if (gj < n && gp < k) v = args.transB ? b[gj * args.ldb + gp] : b[gp * args.ldb + gj];
+          Bs[pp][jj] = v;
+        }
+        __syncthreads();
+        for (int pp = 0; pp < kTileK; ++pp) {
+          float av[4], bv[4];
+          for (int r = 0; r < 4; ++r) av[r] = As[pp][ty + 16 * r];
+          for (int s = 0; s < 4; ++s) bv[s] = Bs[pp][tx + 16 * s];
+          for (int r = 0; r < 4; ++r) {
+            for (int s = 0; s < 4; ++s) acc[r][s] += av[r] * bv[s];
+          }
+        }
+        __syncthreads();
+      }
+      for (int r = 0; r < 4; ++r) {
+        const int64_t i = i0 + ty + 16 * r;
+        if (i >= m) continue;
+        for (int s = 0; s < 4; ++s) {
+          const int64_t j = j0 + tx + 16 * s;
+          if (j >= n) continue;
+          c[i * args.ldc + j] = applyEpilogue(args.alpha * acc[r][s], i, j, args.epilogue);
+        }
+      }
+    }
+  }
+}
+
+__global__ void gemmEpilogueKernel(float* y, int64_t rows, int64_t columns, GemmEpilogue e) {
+  const int64_t total = rows * columns;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; index < total;
+       index += step) {
+    y[index] = applyEpilogue(y[index], index / columns, index % columns, e);
+  }
+}
+
+}  // namespace
+
+cudaError_t launchNativeGemm(const NativeGemmArgs& args, cudaStream_t stream) {
+  if (args.m <= 0 || args.n <= 0 || args.batch <= 0) return cudaSuccess;  // nothing to store
+  const int64_t tilesN = (args.n + kTileN - 1) / kTileN;
+  const int64_t tilesM = (args.m + kTileM - 1) / kTileM;
+  if (tilesN > 0x7fffffff) return cudaErrorInvalidValue;
+  // Rows of tiles and batch entries beyond the grid's limits are walked by the blocks' loops.
+  const dim3 grid(static_cast<unsigned>(tilesN),
+                  static_cast<unsigned>(tilesM < kGridLimit ? tilesM : kGridLimit),
+                  static_cast<unsigned>(args.batch < kGridLimit ? args.batch : kGridLimit));
+  nativeGemmKernel<<<grid, kThreads, 0, stream>>>(args);
+  return cudaGetLastError();
+}
+
+cudaError_t launchGemmEpilogue(float* y, int64_t rows, int64_t columns,
+                               const GemmEpilogue& epilogue, cudaStream_t stream) {
+  const int64_t total = rows * columns;
+  if (total <= 0) return cudaSuccess;
+  constexpr int kBlock = 256;
+  const int64_t blocks = (total + kBlock - 1) / kBlock;
+  const unsigned grid = static_cast<unsigned>(blocks < (1 << 20) ? blocks : (1 << 20));
+  gemmEpilogueKernel<<<grid, kBlock, 0, stream>>>(y, rows, columns, epilogue);
+  return cudaGetLastError();
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,93 @@
+// The matrix product the CUDA backend's GEMM-shaped steps share (Gemm, MatMul, kiln.FusedGemm
+// and kiln.Attention's two products): a strided batch of row-major products, with an optional
+// epilogue, computed by cuBLASLt or by kiln's native kernel (gemm.h), as the cuda.gemm.* knobs
+// choose. Lowering fixes the geometry and the choices; prepare() makes cuBLASLt's descriptors and
+// picks its algorithm (timing candidates when asked); enqueue() is one library call or kernel
+// (plus the epilogue kernel where the library's epilogue cannot do the whole epilogue).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "kiln/backends/cuda/kernels/gemm.h"
+#include "kiln/backends/cuda/plan.h"
+
+namespace kiln::cuda {
+
+enum class ProductSource { kCublasLt, kNative };
+enum class AlgorithmChoice { kHeuristic, kTimed };
+
+// The knob values (cuda.gemm.source, cuda.gemm.algo, cuda.gemm.epilogue) in force at `node`.
+struct ProductOptions {
+  ProductSource source = ProductSource::kCublasLt;
+  AlgorithmChoice algorithm = AlgorithmChoice::kHeuristic;
+  bool fuseEpilogue = true;  // bias/Relu in cuBLASLt's epilogue, or in the native kernel's stores
+};
+ProductOptions productOptionsFor(const ir::Node& node, const knobs::Route& route);
+// "cublaslt" or "native": the tactic of a step whose products follow `options`.
+const char* productTactic(const ProductOptions& options);
+
+// Row-major C[b] = epilogue(alpha * op(A[b]) · op(B[b])) for b < batch: op(A) [m, k] (A stored
+// [m, k], or [k, m] when transA), op(B) [k, n] (B stored [k, n], or [n, k] when transB), C [m, n]
+// dense. Batch strides are in elements (0 shares an operand); C's matrices must not overlap.
+struct ProductShape {
+  int64_t m = 0, n = 0, k = 0;
+  bool transA = false, transB = false;
+  float alpha = 1.0f;
+  int64_t batch = 1;
+  int64_t strideA = 0, strideB = 0, strideC = 0;
+};
+
+// Whether cuBLASLt can take the shape (its sizes, leading dimensions and batch count are int32).
+bool cublasLtCanTake(const ProductShape& shape);
+
+class MatrixProduct {
+ public:
+  // `epilogue.bias` is ignored (the pointer comes with prepare and enqueue): `hasBias` says
+  // whether there is one, and `biasIsConstant` whether it is a constant in the weights buffer
+  // (whose address prepare() may bake into cuBLASLt's descriptor). A batched product
+  // (shape.batch > 1) takes no epilogue.
+  MatrixProduct(const ProductShape& shape, const ProductOptions& options,
+                const GemmEpilogue& epilogue, bool hasBias, bool biasIsConstant);
+  ~MatrixProduct();
+  MatrixProduct(const MatrixProduct&) = delete;
+  MatrixProduct& operator=(const MatrixProduct&) = delete;
+
+  // Device-side preparation. `a`, `b`, `c` are the buffers timing may use (`c` is written); a
+  // null one is replaced by scratch of the right size while timing. `bias` is the device bias
+  // (null without one).
+  Status prepare(PrepareContext& context, const float* a, const float* b, float* c,
+                 const float* bias);
+  // cuBLASLt's workspace for the chosen algorithm (valid after prepare).
+  int64_t workspaceBytes() const { return workspaceBytes_; }
+  // Enqueues the product on context.stream, with `workspace` of at least workspaceBytes().
+  Status enqueue(const Context& context, std::byte* workspace, int64_t workspaceBytes,
+                 const float* a, const float* b, float* c, const float* bias) const;
+
+  // How the product runs: at lowering, where the epilogue goes; after prepare, cuBLASLt's
+  // algorithm too. For `kiln inspect`-style reports and tests.
+  const std::string& detail() const { return detail_; }
+  const ProductShape& shape() const { return shape_; }
+
+ private:
+  struct Lt;  // cuBLASLt's descriptors and algorithm
+
+  // The parts of the epilogue left to the epilogue kernel (after the fused parts are taken).
+  GemmEpilogue remainingEpilogue(const float* bias) const;
+  Status chooseAlgorithm(PrepareContext& context, const float* a, const float* b, float* c);
+  Status runLt(const Context& context, std::byte* workspace, int64_t workspaceBytes,
+               const float* a, const float* b, float* c) const;
+
+  ProductShape shape_;
+  ProductOptions options_;
+  GemmEpilogue epilogue_;
+  bool hasBias_ = false;
+  bool fuseBias_ = false;  // in cuBLASLt's epilogue (BIAS) or the native kernel's stores
+  bool fuseActivation_ = false;
+  int64_t workspaceBytes_ = 0;
+  std::string detail_;
+  Lt* lt_ = nullptr;
+};
+
+}  // namespace kiln::cuda

@@ -1,0 +1,404 @@
+// kiln's normalisation kernels (norm.h). Rows are reduced by a warp (shuffles) or a block
+// (shuffles, then one value per warp through shared memory); strided lines by one thread each.
+// Accumulation is in float; the precise expf/logf/sqrtf are used, not the fast intrinsics.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "kiln/backends/cuda/kernels/norm.h"
+
+namespace kiln::cuda {
+namespace {
+
+constexpr int kWarpSize = 32;
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kElementwiseThreads = 256;
+constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // grid-stride loops cover the rest
+
+unsigned blocksFor(int64_t count, int64_t perBlock) {
+  return static_cast<unsigned>(std::min<int64_t>((count + perBlock - 1) / perBlock, kMaxBlocks));
+}
+
+// Element loads and stores through float (fp16/bf16 overloads come with those dtypes).
+__device__ __forceinline__ float load(float value) { return value; }
+__device__ __forceinline__ void store(float* at, float value) { *at = value; }
+
+struct SumOp {
+  __device__ static float identity() { return 0.0f; }
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+
+struct MaxOp {
+  __device__ static float identity() { return -INFINITY; }
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// A butterfly: every lane ends with the same value (each pair adds the same two operands).
+template <typename Op>
+__device__ __forceinline__ float warpReduce(float value, Op op) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    value = op(value, __shfl_xor_sync(kFullMask, value, offset));
+  }
+  return value;
+}
+
+// Every thread of the block gets the result; `shared` holds kWarpSize floats.
+template <typename Op>
+__device__ __forceinline__ float blockReduce(float value, Op op, float* shared) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  const int warps = blockDim.x / kWarpSize;
+  value = warpReduce(value, op);
+  __syncthreads();  // a previous reduction may still be reading `shared`
+  if (lane == 0) shared[warp] = value;
+  __syncthreads();
+  value = lane < warps ? shared[lane] : Op::identity();
+  return warpReduce(value, op);
+}
+
+// A candidate for Hardmax: the value at `index` (-1: none yet).
+struct Best {
+  float value;
+  int64_t index;
+};
+
+// Whether a is chosen over b: any NaN beats every number (as numpy's argmax), then the larger
+// value, then the lower index, so the winner is the first NaN, else the first maximum.
+__device__ __forceinline__ bool chosenOver(const Best& a, const Best& b) {
+  if (b.index < 0) return true;
+  if (a.index < 0) return false;
+  const bool aNan = isnan(a.value), bNan = isnan(b.value);
+  if (aNan || bNan) return aNan && bNan ? a.index < b.index : aNan;
+  if (a.value != b.value) return a.value > b.value;
+  return a.index < b.index;
+}
+
+__device__ __forceinline__ Best better(const Best& a, const Best& b) {
+  return chosenOver(a, b) ? a : b;
+}
+
+__device__ __forceinline__ Best warpBest(Best best) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    Best other;
+    other.value = __shfl_xor_sync(kFullMask, best.value, offset);
+    other.index = __shfl_xor_sync(kFullMask, best.index, offset);
+    best = better(best, other);
+  }
+  return best;
+}
+
+__device__ __forceinline__ Best blockBest(Best best, float* values, int64_t* indices) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  const int warps = blockDim.x / kWarpSize;
+  best = warpBest(best);
+  __syncthreads();
+  if (lane == 0) {
+    values[warp] = best.value;
+    indices[warp] = best.index;
+  }
+  __syncthreads();
+  best = lane < warps ? Best{values[lane], indices[lane]} : Best{0.0f, -1};
+  return warpBest(best);
+}
+
+// One warp per row, four rows per block. A warp's row is uniform across its lanes, so whole warps
+// enter or leave the row loop together (the shuffles need every lane).
+struct WarpRows {
+  static constexpr int kThreads = 128;
+  static constexpr int kRowsPerBlock = kThreads / kWarpSize;
+  __device__ static int64_t first() {
+    return static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
+  }
+  __device__ static int64_t stride() { return static_cast<int64_t>(gridDim.x) * kRowsPerBlock; }
+  __device__ static int lane() { return threadIdx.x % kWarpSize; }
+  __device__ static int size() { return kWarpSize; }
+  template <typename Op>
+  __device__ static float reduce(float value, Op op, float*) {
+    return warpReduce(value, op);
+  }
+  __device__ static Best best(Best value, float*, int64_t*) { return warpBest(value); }
+};
+
+// One block per row: every thread of the block takes the same rows, so the barriers inside the
+// reductions are uniform.
+struct BlockRows {
+  static constexpr int kThreads = 512;
+  static constexpr int kRowsPerBlock = 1;
+  __device__ static int64_t first() { return blockIdx.x; }
+  __device__ static int64_t stride() { return gridDim.x; }
+  __device__ static int lane() { return threadIdx.x; }
+  __device__ static int size() { return blockDim.x; }
+  template <typename Op>
+  __device__ static float reduce(float value, Op op, float* shared) {
+    return blockReduce(value, op, shared);
+  }
+  __device__ static Best best(Best value, float* values, int64_t* indices) {
+    return blockBest(value, values, indices);
+  }
+};
+
+// What a line kernel does to each line.
+enum class LineOp : int { kSoftmax, kLogSoftmax, kHardmax, kL1, kL2 };
+
+template <typename Rows, typename T>
+__global__ void rowsKernel(LineOp op, int64_t rows, int64_t width, const T* __restrict__ x,
+                           T* __restrict__ y) {
+  __shared__ float sharedValues[kWarpSize];
+  __shared__ int64_t sharedIndices[kWarpSize];
+  const int lane = Rows::lane();
+  const int size = Rows::size();
+  for (int64_t row = Rows::first(); row < rows; row += Rows::stride()) {
+    const T* in = x + row * width;
+    T* out = y + row * width;
+    if (op == LineOp::kHardmax) {
+      Best best{0.0f, -1};
+      for (int64_t j = lane; j < width; j += size) best = better(best, Best{load(in[j]), j});
+      best = Rows::best(best, sharedValues, sharedIndices);
+      for (int64_t j = lane; j < width; j += size) store(out + j, j == best.index ? 1.0f : 0.0f);
+      continue;
+    }
+    if (op == LineOp::kL1 || op == LineOp::kL2) {
+      float sum = 0.0f;
+      for (int64_t j = lane; j < width; j += size) {
+        const float v = load(in[j]);
+        sum += op == LineOp::kL1 ? fabsf(v) : v * v;
+      }
+      sum = Rows::reduce(sum, SumOp(), sharedValues);
+      const float norm = op == LineOp::kL2 ? sqrtf(sum) : sum;
+      for (int64_t j = lane; j < width; j += size) store(out + j, load(in[j]) / norm);
+      continue;
+    }
+    // Subtracting the maximum keeps exp from overflowing; it cancels out of the result.
+    float max = MaxOp::identity();
+    for (int64_t j = lane; j < width; j += size) max = fmaxf(max, load(in[j]));
+    max = Rows::reduce(max, MaxOp(), sharedValues);
+    float sum = 0.0f;
+    for (int64_t j = lane; j < width; j += size) sum += expf(load(in[j]) - max);
+    sum = Rows::reduce(sum, SumOp(), sharedValues);
+    if (op == LineOp::kSoftmax) {
+      for (int64_t j = lane; j < width; j += size) store(out + j, expf(load(in[j]) - max) / sum);
+    } else {
+      const float logSum = logf(sum);
+      for (int64_t j = lane; j < width; j += size) store(out + j, (load(in[j]) - max) - logSum);
+    }
+  }
+}
+
+// Lines `inner` apart (inner > 1): one thread per line, so neighbouring threads read
+// neighbouring elements.
+template <typename T>
+__global__ void linesKernel(LineOp op, Lines lines, const T* __restrict__ x, T* __restrict__ y,
+                            int64_t count) {
+  for (int64_t line = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; line < count;
+       line += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t o = line / lines.inner;
+    const int64_t i = line - o * lines.inner;
+    const T* in = x + o * lines.length * lines.inner + i;
+    T* out = y + o * lines.length * lines.inner + i;
+    const int64_t step = lines.inner;
+    if (op == LineOp::kHardmax) {
+      Best best{0.0f, -1};
+      for (int64_t j = 0; j < lines.length; ++j) best = better(best, Best{load(in[j * step]), j});
+      for (int64_t j = 0; j < lines.length; ++j) {
+        store(out + j * step, j == best.index ? 1.0f : 0.0f);
+      }
+      continue;
+    }
+    if (op == LineOp::kL1 || op == LineOp::kL2) {
+      float sum = 0.0f;
+      for (int64_t j = 0; j < lines.length; ++j) {
+        const float v = load(in[j * step]);
+        sum += op == LineOp::kL1 ? fabsf(v) : v * v;
+      }
+      const float norm = op == LineOp::kL2 ? sqrtf(sum) : sum;
+      for (int64_t j = 0; j < lines.length; ++j) store(out + j * step, load(in[j * step]) / norm);
+      continue;
+    }
+    float max = MaxOp::identity();
+    for (int64_t j = 0; j < lines.length; ++j) max = fmaxf(max, load(in[j * step]));
+    float sum = 0.0f;
+    for (int64_t j = 0; j < lines.length; ++j) sum += expf(load(in[j * step]) - max);
+    const float logSum = logf(sum);
+    for (int64_t j = 0; j < lines.length; ++j) {
+      const float shifted = load(in[j * step]) - max;
+      store(out + j * step, op == LineOp::kSoftmax ? expf(shifted) / sum : shifted - logSum);
+    }
+  }
+}
+
+template <typename Rows, typename T>
+__global__ void rowNormKernel(RowNormalization n, const T* __restrict__ x,
+                              const T* __restrict__ scale, const T* __restrict__ bias,
+                              T* __restrict__ y, float* __restrict__ mean,
+                              float* __restrict__ invStdDev) {
+  __shared__ float shared[kWarpSize];
+  const int lane = Rows::lane();
+  const int size = Rows::size();
+  const float count = static_cast<float>(n.width);
+  for (int64_t row = Rows::first(); row < n.rows; row += Rows::stride()) {
+    const T* in = x + row * n.width;
+    T* out = y + row * n.width;
+    // Two passes: the mean of the deviations from the row's first element (which takes a large
+    // common offset out of the float sum), then the squared deviations from the mean.
+    const float shift = load(in[0]);
+    float sum = 0.0f;
+    for (int64_t j = lane; j < n.width; j += size) sum += load(in[j]) - shift;
+    sum = Rows::reduce(sum, SumOp(), shared);
+    const float mu = shift + sum / count;
+    float squares = 0.0f;
+    for (int64_t j = lane; j < n.width; j += size) {
+      const float d = load(in[j]) - mu;
+      squares += d * d;
+    }
+    squares = Rows::reduce(squares, SumOp(), shared);
+    const float inv = 1.0f / sqrtf(squares / count + n.epsilon);
+    float rowScale = 0.0f, rowBias = 0.0f;
+    if (n.channels > 0) {
+      const int64_t c = row % n.channels;
+      rowScale = load(scale[c]);
+      rowBias = bias ? load(bias[c]) : 0.0f;
+    }
+    for (int64_t j = lane; j < n.width; j += size) {
+      const float s = n.channels > 0 ? rowScale : load(scale[j]);
+      const float b = n.channels > 0 ? rowBias : (bias ? load(bias[j]) : 0.0f);
+      store(out + j, (load(in[j]) - mu) * inv * s + b);
+    }
+    if (lane == 0) {
+      if (mean) mean[row] = mu;
+      if (invStdDev) invStdDev[row] = inv;
+    }
+  }
+}
+
+template <typename T>
+__global__ void batchNormKernel(BatchNormGeometry g, const T* __restrict__ x,
+                                const T* __restrict__ scale, const T* __restrict__ bias,
+                                const T* __restrict__ mean, const T* __restrict__ var,
+                                T* __restrict__ y) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < g.count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t p = g.perElement ? i % (g.channels * g.inner) : (i / g.inner) % g.channels;
+    const float normalized = (load(x[i]) - load(mean[p])) / sqrtf(load(var[p]) + g.epsilon);
+    store(y + i, normalized * load(scale[p]) + load(bias[p]));
+  }
+}
+
+// The offset of index `k` over `rank` axes of `dims` with `strides` (the last axis fastest).
+__device__ __forceinline__ int64_t offsetOf(int64_t k, int rank, const int64_t* dims,
+                                            const int64_t* strides) {
+  int64_t offset = 0;
+  for (int a = rank - 1; a >= 0; --a) {
+    offset += (k % dims[a]) * strides[a];
+    k /= dims[a];
+  }
+  return offset;
+}
+
+template <typename T>
+__global__ void meanVarianceKernel(SlotGeometry g, const T* __restrict__ x, T* __restrict__ y,
+                                   int64_t slots, int64_t count) {
+  __shared__ float shared[kWarpSize];
+  const float n = static_cast<float>(count);
+  for (int64_t slot = blockIdx.x; slot < slots; slot += gridDim.x) {
+    const int64_t base = offsetOf(slot, g.keptRank, g.keptDims, g.keptStrides);
+    float sum = 0.0f;
+    for (int64_t k = threadIdx.x; k < count; k += blockDim.x) {
+      sum += load(x[base + offsetOf(k, g.reducedRank, g.reducedDims, g.reducedStrides)]);
+    }
+    const float mu = blockReduce(sum, SumOp(), shared) / n;
+    float squares = 0.0f;
+    for (int64_t k = threadIdx.x; k < count; k += blockDim.x) {
+      const float d =
+          load(x[base + offsetOf(k, g.reducedRank, g.reducedDims, g.reducedStrides)]) - mu;
+      squares += d * d;
+    }
+    const float denominator = sqrtf(blockReduce(squares, SumOp(), shared) / n) + 1e-9f;
+    for (int64_t k = threadIdx.x; k < count; k += blockDim.x) {
+      const int64_t at = base + offsetOf(k, g.reducedRank, g.reducedDims, g.reducedStrides);
+      store(y + at, (load(x[at]) - mu) / denominator);
+    }
+  }
+}
+
+cudaError_t launchLines(LineOp op, const Lines& lines, RowKernel rows, const float* x, float* y,
+                        cudaStream_t stream) {
+  const int64_t count = lines.outer * lines.inner;
+  if (count <= 0 || lines.length <= 0) return cudaSuccess;
+  if (lines.inner > 1) {
+    linesKernel<float><<<blocksFor(count, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(
+        op, lines, x, y, count);
+  } else if (rows == RowKernel::kWarp) {
+    rowsKernel<WarpRows, float>
+        <<<blocksFor(count, WarpRows::kRowsPerBlock), WarpRows::kThreads, 0, stream>>>(
+            op, count, lines.length, x, y);
+  } else {
+    rowsKernel<BlockRows, float>
+        <<<blocksFor(count, BlockRows::kRowsPerBlock), BlockRows::kThreads, 0, stream>>>(
+            op, count, lines.length, x, y);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launchSoftmax(SoftmaxKind kind, const Lines& lines, RowKernel rows, const float* x,
+                          float* y, cudaStream_t stream) {
+  const LineOp op = kind == SoftmaxKind::kSoftmax      ? LineOp::kSoftmax
+                    : kind == SoftmaxKind::kLogSoftmax ? LineOp::kLogSoftmax
+                                                       : LineOp::kHardmax;
+  return launchLines(op, lines, rows, x, y, stream);
+}
+
+cudaError_t launchLpNormalization(int p, const Lines& lines, RowKernel rows, const float* x,
+                                  float* y, cudaStream_t stream) {
+  if (p != 1 && p != 2) return cudaErrorInvalidValue;
+  return launchLines(p == 1 ? LineOp::kL1 : LineOp::kL2, lines, rows, x, y, stream);
+}
+
+cudaError_t launchRowNormalization(const RowNormalization& norm, RowKernel rows, const float* x,
+                                   const float* scale, const float* bias, float* y, float* mean,
+                                   float* invStdDev, cudaStream_t stream) {
+  if (norm.rows <= 0 || norm.width <= 0) return cudaSuccess;
+  if (!scale || norm.channels < 0) return cudaErrorInvalidValue;
+  if (rows == RowKernel::kWarp) {
+    rowNormKernel<WarpRows, float>
+        <<<blocksFor(norm.rows, WarpRows::kRowsPerBlock), WarpRows::kThreads, 0, stream>>>(
+            norm, x, scale, bias, y, mean, invStdDev);
+  } else {
+    rowNormKernel<BlockRows, float>
+        <<<blocksFor(norm.rows, BlockRows::kRowsPerBlock), BlockRows::kThreads, 0, stream>>>(
+            norm, x, scale, bias, y, mean, invStdDev);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t launchBatchNormalization(const BatchNormGeometry& geometry, const float* x,
+                                     const float* scale, const float* bias, const float* mean,
+                                     const float* var, float* y, cudaStream_t stream) {
+  if (geometry.count <= 0) return cudaSuccess;
+  if (geometry.channels <= 0 || geometry.inner <= 0) return cudaErrorInvalidValue;
+  batchNormKernel<float>
+      <<<blocksFor(geometry.count, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(
+          geometry, x, scale, bias, mean, var, y);
+  return cudaGetLastError();
+}
+
+cudaError_t launchMeanVarianceNormalization(const SlotGeometry& geometry, const float* x, float* y,
+                                            cudaStream_t stream) {
+  if (geometry.keptRank < 0 || geometry.keptRank > kMaxNormRank || geometry.reducedRank < 0 ||
+      geometry.reducedRank > kMaxNormRank) {
+    return cudaErrorInvalidValue;
+  }
+  int64_t slots = 1, count = 1;
+  for (int a = 0; a < geometry.keptRank; ++a) slots *= geometry.keptDims[a];
+  for (int a = 0; a < geometry.reducedRank; ++a) count *= geometry.reducedDims[a];
+  if (slots <= 0 || count <= 0) return cudaSuccess;
+  meanVarianceKernel<float>
+      <<<blocksFor(slots, 1), kElementwiseThreads, 0, stream>>>(geometry, x, y, slots, count);
+  return cudaGetLastError();
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,85 @@
+// kiln's normalisation kernels on the GPU (norm.cu): Softmax, LogSoftmax, Hardmax and
+// LpNormalization along one axis, LayerNormalization and InstanceNormalization over rows,
+// inference BatchNormalization, and MeanVarianceNormalization over any set of axes. float32 for
+// now; the kernels are templated on the element type and accumulate in float.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace kiln::cuda {
+
+// A tensor seen as [outer, length, inner]: outer * inner lines of `length` elements, `inner`
+// apart. inner == 1 makes the lines contiguous rows.
+struct Lines {
+  int64_t outer = 0;
+  int64_t length = 0;
+  int64_t inner = 1;
+};
+
+// How contiguous rows (inner == 1) are spread: one warp per row (four rows per block), suited to
+// short rows, or one block per row, suited to long ones. Strided lines (inner > 1) always take
+// one thread per line.
+enum class RowKernel : int { kWarp, kBlock };
+
+enum class SoftmaxKind : int {
+  kSoftmax,     // exp(x - max) / sum
+  kLogSoftmax,  // (x - max) - log(sum)
+  kHardmax,     // 1 at the first maximum (the first NaN, if any), 0 elsewhere
+};
+
+// Normalises every line of x into y, max-subtracted for stability.
+cudaError_t launchSoftmax(SoftmaxKind kind, const Lines& lines, RowKernel rows, const float* x,
+                          float* y, cudaStream_t stream);
+
+// y = x / ||line||_p for p = 1 or 2, per line.
+cudaError_t launchLpNormalization(int p, const Lines& lines, RowKernel rows, const float* x,
+                                  float* y, cudaStream_t stream);
+
+// Rows of `width` contiguous elements, each normalised to zero mean and unit variance (biased,
+// two-pass), then scaled and shifted: y = (x - mean) / sqrt(var + epsilon) * scale + bias.
+// With channels == 0 scale and bias have one value per element of a row (LayerNormalization);
+// otherwise one per row, row r taking value r % channels (InstanceNormalization). bias, mean and
+// invStdDev (rows values each, float) may be null.
+struct RowNormalization {
+  int64_t rows = 0;
+  int64_t width = 0;
+  float epsilon = 1e-5f;
+  int64_t channels = 0;
+};
+cudaError_t launchRowNormalization(const RowNormalization& norm, RowKernel rows, const float* x,
+                                   const float* scale, const float* bias, float* y, float* mean,
+                                   float* invStdDev, cudaStream_t stream);
+
+// Inference BatchNormalization over `count` elements: y = (x - mean) / sqrt(var + epsilon) *
+// scale + bias, with parameter index (i / inner) % channels, or i % (channels * inner) when
+// perElement (the pre-opset-9 spatial=0 form).
+struct BatchNormGeometry {
+  int64_t count = 0;
+  int64_t channels = 0;
+  int64_t inner = 1;
+  bool perElement = false;
+  float epsilon = 1e-5f;
+};
+cudaError_t launchBatchNormalization(const BatchNormGeometry& geometry, const float* x,
+                                     const float* scale, const float* bias, const float* mean,
+                                     const float* var, float* y, cudaStream_t stream);
+
+constexpr int kMaxNormRank = 8;
+
+// MeanVarianceNormalization: y = (x - mean) / (sqrt(var) + 1e-9) with one mean and (biased)
+// variance per slot, a slot being one combination of the kept axes' coordinates; the reduced
+// axes run within it. Strides are x's, in elements.
+struct SlotGeometry {
+  int keptRank = 0;
+  int64_t keptDims[kMaxNormRank] = {};
+  int64_t keptStrides[kMaxNormRank] = {};
+  int reducedRank = 0;
+  int64_t reducedDims[kMaxNormRank] = {};
+  int64_t reducedStrides[kMaxNormRank] = {};
+};
+cudaError_t launchMeanVarianceNormalization(const SlotGeometry& geometry, const float* x, float* y,
+                                            cudaStream_t stream);
+
+}  // namespace kiln::cuda

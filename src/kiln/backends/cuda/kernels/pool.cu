@@ -1,0 +1,192 @@
+// kiln's pooling kernels (pool.h): windowed max/average pooling, one thread per output element,
+// and the global pools (a block per plane for contiguous planes, a thread per plane for
+// channels-last). Float accumulation, int64 indices.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kiln/backends/cuda/kernels/pool.h"
+
+namespace kiln::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // grid-stride loops cover the rest
+
+int64_t blocksFor(int64_t count) {
+  return std::min<int64_t>((count + kThreads - 1) / kThreads, kMaxBlocks);
+}
+
+// Kernel positions k of one axis whose coordinate lands in [-padBegin, in + padEnd): the window's
+// extent in the padded input (ceil_mode windows may reach past it).
+__device__ __forceinline__ int64_t paddedTaps(int64_t start, int64_t kernel, int64_t dilation,
+                                              int64_t padBegin, int64_t in, int64_t padEnd) {
+  int64_t inside = 0;
+  for (int64_t k = 0; k < kernel; ++k) {
+    const int64_t coord = start + k * dilation;
+    if (coord >= -padBegin && coord < in + padEnd) ++inside;
+  }
+  return inside;
+}
+
+template <typename T>
+__global__ void windowPoolKernel(PoolGeometry g, PoolKind kind, const T* __restrict__ x,
+                                 T* __restrict__ y, int64_t total) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t rest = i;
+    int64_t n, c, o[3];
+    if (g.channelsLast) {
+      c = rest % g.channels;
+      rest /= g.channels;
+      o[2] = rest % g.out[2];
+      rest /= g.out[2];
+      o[1] = rest % g.out[1];
+      rest /= g.out[1];
+      o[0] = rest % g.out[0];
+      n = rest / g.out[0];
+    } else {
+      o[2] = rest % g.out[2];
+      rest /= g.out[2];
+      o[1] = rest % g.out[1];
+      rest /= g.out[1];
+      o[0] = rest % g.out[0];
+      rest /= g.out[0];
+      c = rest % g.channels;
+      n = rest / g.channels;
+    }
+    int64_t start[3];
+    for (int axis = 0; axis < 3; ++axis) start[axis] = o[axis] * g.stride[axis] - g.padBegin[axis];
+    const T* plane = x + n * g.xStrides[0] + c * g.xStrides[1];
+    float best = -INFINITY;
+    bool found = false;
+    float sum = 0.0f;
+    int64_t taps = 0;
+    for (int64_t kd = 0; kd < g.kernel[0]; ++kd) {
+      const int64_t id = start[0] + kd * g.dilation[0];
+      if (id < 0 || id >= g.in[0]) continue;
+      for (int64_t kh = 0; kh < g.kernel[1]; ++kh) {
+        const int64_t ih = start[1] + kh * g.dilation[1];
+        if (ih < 0 || ih >= g.in[1]) continue;
+        for (int64_t kw = 0; kw < g.kernel[2]; ++kw) {
+          const int64_t iw = start[2] + kw * g.dilation[2];
+          if (iw < 0 || iw >= g.in[2]) continue;
+          const float v = static_cast<float>(
+              plane[id * g.xStrides[2] + ih * g.xStrides[3] + iw * g.xStrides[4]]);
+          // As the reference: the first tap, then any larger one; NaN loses to any number.
+          if (!found || v > best || (isnan(best) && !isnan(v))) best = v;
+          found = true;
+          sum += v;
+          ++taps;
+        }
+      }
+    }
+    float result = best;
+    if (kind != PoolKind::kMax) {
+      int64_t divisor = taps;
+      if (kind == PoolKind::kAverageIncludePad) {
+        divisor = 1;
+        for (int axis = 0; axis < 3; ++axis) {
+          divisor *= paddedTaps(start[axis], g.kernel[axis], g.dilation[axis], g.padBegin[axis],
+                                g.in[axis], g.padEnd[axis]);
+        }
+      }
+      result =
+          sum / static_cast<float>(divisor);  // 0 / 0 = NaN for an empty window, as the reference
+    }
+    y[n * g.yStrides[0] + c * g.yStrides[1] + o[0] * g.yStrides[2] + o[1] * g.yStrides[3] +
+      o[2] * g.yStrides[4]] = static_cast<T>(result);
+  }
+}
+
+// One block per plane of `size` contiguous elements.
+template <typename T>
+__global__ void globalPoolBlockKernel(bool average, const T* __restrict__ x, T* __restrict__ y,
+                                      int64_t planes, int64_t size) {
+  __shared__ float partial[kThreads];
+  for (int64_t plane = blockIdx.x; plane < planes; plane += gridDim.x) {
+    const T* in = x + plane * size;
+    float accumulated = average ? 0.0f : -INFINITY;
+    for (int64_t i = threadIdx.x; i < size; i += blockDim.x) {
+      const float v = static_cast<float>(in[i]);
+      if (average) {
+        accumulated += v;
+      } else if (v > accumulated) {  // NaN never wins
+        accumulated = v;
+      }
+    }
+    partial[threadIdx.x] = accumulated;
+    __syncthreads();
+    for (int half = kThreads / 2; half > 0; half /= 2) {
+      if (threadIdx.x < half) {
+        const float other = partial[threadIdx.x + half];
+        if (average) {
+          partial[threadIdx.x] += other;
+        } else if (other > partial[threadIdx.x]) {
+          partial[threadIdx.x] = other;
+        }
+      }
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      y[plane] = static_cast<T>(average ? partial[0] / static_cast<float>(size) : partial[0]);
+    }
+    __syncthreads();  // partial is reused by the next plane
+  }
+}
+
+// One thread per (n, c) of a channels-last tensor [N, size, C].
+template <typename T>
+__global__ void globalPoolChannelsLastKernel(bool average, const T* __restrict__ x,
+                                             T* __restrict__ y, int64_t batch, int64_t channels,
+                                             int64_t size) {
+  const int64_t total = batch * channels;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t n = i / channels;
+    const int64_t c = i % channels;
+    const T* in = x + n * size * channels + c;
+    float accumulated = average ? 0.0f : -INFINITY;
+    for (int64_t s = 0; s < size; ++s) {
+      const float v = static_cast<float>(in[s * channels]);
+      if (average) {
+        accumulated += v;
+      } else if (v > accumulated) {
+        accumulated = v;
+      }
+    }
+    y[i] = static_cast<T>(average ? accumulated / static_cast<float>(size) : accumulated);
+  }
+}
+
+}  // namespace
+
+cudaError_t launchWindowPool(const PoolGeometry& geometry, PoolKind kind, const float* x, float* y,
+                             cudaStream_t stream) {
+  const int64_t total =
+      geometry.batch * geometry.channels * geometry.out[0] * geometry.out[1] * geometry.out[2];
+  if (total <= 0) return cudaSuccess;
+  windowPoolKernel<float><<<static_cast<unsigned>(blocksFor(total)), kThreads, 0, stream>>>(
+      geometry, kind, x, y, total);
+  return cudaGetLastError();
+}
+
+cudaError_t launchGlobalPool(bool average, const float* x, float* y, int64_t batch,
+                             int64_t channels, int64_t size, bool channelsLast,
+                             cudaStream_t stream) {
+  const int64_t planes = batch * channels;
+  if (planes <= 0) return cudaSuccess;
+  if (channelsLast) {
+    globalPoolChannelsLastKernel<float>
+        <<<static_cast<unsigned>(blocksFor(planes)), kThreads, 0, stream>>>(average, x, y, batch,
+                                                                            channels, size);
+  } else {
+    const int64_t blocks = std::min<int64_t>(planes, kMaxBlocks);
+    globalPoolBlockKernel<float>
+        <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(average, x, y, planes, size);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace kiln::cuda

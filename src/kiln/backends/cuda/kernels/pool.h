@@ -1,0 +1,47 @@
+// kiln's pooling kernels on the GPU (pool.cu): windowed max and average pooling over 1-D to 3-D
+// spatial axes of any layout the element strides describe (NCHW and NHWC), and the global pools.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace kiln::cuda {
+
+enum class PoolKind : int {
+  kMax,                // padding never wins; a window wholly in padding gives -inf
+  kAverage,            // divided by the taps inside the input
+  kAverageIncludePad,  // divided by the taps inside the padded input (count_include_pad=1)
+};
+
+// A pool's extents with the spatial axes right-aligned into (depth, height, width), as
+// ConvGeometry: missing leading axes have extent, kernel and stride 1 and no padding. Strides
+// are in elements, per logical axis.
+struct PoolGeometry {
+  int64_t batch = 0;
+  int64_t channels = 0;
+  int64_t in[3] = {1, 1, 1};
+  int64_t out[3] = {1, 1, 1};
+  int64_t kernel[3] = {1, 1, 1};
+  int64_t stride[3] = {1, 1, 1};
+  int64_t dilation[3] = {1, 1, 1};
+  int64_t padBegin[3] = {0, 0, 0};
+  int64_t padEnd[3] = {0, 0, 0};  // bounds the padded input of kAverageIncludePad
+  int64_t xStrides[5] = {};       // x over (n, c, d, h, w)
+  int64_t yStrides[5] = {};       // y over (n, c, d, h, w)
+  bool channelsLast = false;      // threads walk the output channel-fastest (NHWC)
+};
+
+// One thread per output element.
+cudaError_t launchWindowPool(const PoolGeometry& geometry, PoolKind kind, const float* x, float* y,
+                             cudaStream_t stream);
+
+// y[n * channels + c] = mean or max of the `size` spatial elements of plane (n, c): contiguous
+// planes (NCHW), or with channelsLast the elements `channels` apart ([N, ..., C]). NaN elements
+// never win the max (a plane of NaN gives -inf, as the reference); an empty plane gives NaN for
+// the mean and -inf for the max.
+cudaError_t launchGlobalPool(bool average, const float* x, float* y, int64_t batch,
+                             int64_t channels, int64_t size, bool channelsLast,
+                             cudaStream_t stream);
+
+}  // namespace kiln::cuda

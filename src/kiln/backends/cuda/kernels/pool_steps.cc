@@ -1,0 +1,180 @@
+// Pooling on the GPU with kiln's kernels (pool.cu): MaxPool (without its Indices output),
+// AveragePool and the global pools, on NCHW tensors with 1 to 3 spatial axes (global pools: any
+// number), and kiln's NHWC versions of each (layout.h). float32 only.
+//
+// What stays on the host: MaxPool's Indices output (the step would have to reproduce the
+// reference's storage_order indexing for a rarely used output), LpPool, and integer MaxPool.
+//
+// Tactics: "kiln.pool" (windowed), "kiln.global_pool".
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/backends/cuda/kernels/pool.h"
+#include "kiln/backends/cuda/kernels/steps.h"
+#include "kiln/ir/op_schema.h"
+#include "kiln/ir/ops/layout.h"
+#include "kiln/ir/ops/neural.h"
+
+namespace kiln::cuda {
+namespace {
+
+enum class PoolOp { kMax, kAverage, kGlobalMax, kGlobalAverage };
+
+struct PoolNode {
+  PoolOp op;
+  bool nhwc;
+};
+
+std::optional<PoolNode> classify(const ir::Node& node) {
+  struct Entry {
+    const char* onnx;
+    const char* nhwc;
+    PoolOp op;
+  };
+  static const Entry kEntries[] = {
+      {"MaxPool", "NhwcMaxPool", PoolOp::kMax},
+      {"AveragePool", "NhwcAveragePool", PoolOp::kAverage},
+      {"GlobalMaxPool", "NhwcGlobalMaxPool", PoolOp::kGlobalMax},
+      {"GlobalAveragePool", "NhwcGlobalAveragePool", PoolOp::kGlobalAverage},
+  };
+  for (const Entry& entry : kEntries) {
+    if (node.domain.empty() && node.opType == entry.onnx) return PoolNode{entry.op, false};
+    if (node.domain == ir::kKilnDomain && node.opType == entry.nhwc) {
+      return PoolNode{entry.op, true};
+    }
+  }
+  return std::nullopt;
+}
+
+// Element strides over (n, c, d, h, w) of a tensor of `shape` (NCHW, or NHWC with `nhwc`), the
+// spatial axes right-aligned; missing leading spatial axes get the stride an extent-1 axis would
+// have.
+void alignedStrides(const ir::Shape& shape, bool nhwc, int64_t out[5]) {
+  const std::vector<int64_t> s = shape.strides();
+  const size_t rank = shape.rank();
+  const size_t spatial = rank - 2;
+  const size_t missing = 3 - spatial;
+  const size_t firstSpatial = nhwc ? 1 : 2;
+  int64_t extent[3] = {1, 1, 1};
+  out[0] = s[0];
+  out[1] = nhwc ? s[rank - 1] : s[1];
+  for (size_t i = 0; i < spatial; ++i) {
+    out[2 + missing + i] = s[firstSpatial + i];
+    extent[missing + i] = shape[firstSpatial + i];
+  }
+  for (size_t axis = missing; axis-- > 0;) out[2 + axis] = out[3 + axis] * extent[axis + 1];
+}
+
+class WindowPoolStep final : public Step {
+ public:
+  WindowPoolStep(PoolGeometry geometry, PoolKind kind) : geometry_(geometry), kind_(kind) {}
+
+  Status enqueue(const Context& context) const override {
+    return cudaStatus(launchWindowPool(geometry_, kind_, context.data<float>(*inputs[0]),
+                                       context.data<float>(*outputs[0]), context.stream),
+                      "the pooling kernel");
+  }
+
+ private:
+  PoolGeometry geometry_;
+  PoolKind kind_;
+};
+
+class GlobalPoolStep final : public Step {
+ public:
+  GlobalPoolStep(bool average, int64_t batch, int64_t channels, int64_t size, bool nhwc)
+      : average_(average), batch_(batch), channels_(channels), size_(size), nhwc_(nhwc) {}
+
+  Status enqueue(const Context& context) const override {
+    return cudaStatus(launchGlobalPool(average_, context.data<float>(*inputs[0]),
+                                       context.data<float>(*outputs[0]), batch_, channels_, size_,
+                                       nhwc_, context.stream),
+                      "the global pooling kernel");
+  }
+
+ private:
+  bool average_;
+  int64_t batch_, channels_, size_;
+  bool nhwc_;
+};
+
+std::unique_ptr<Step> makeGlobalPoolStep(const PoolNode& pool, const ir::Shape& x,
+                                         const ir::Shape& y) {
+  const ir::Shape nchw = pool.nhwc ? ir::permuteShape(x, ir::kNhwcToNchw) : x;
+  std::vector<int64_t> expected(nchw.rank(), 1);
+  expected[0] = nchw[0];
+  expected[1] = nchw[1];
+  const ir::Shape expectedNchw(expected);
+  if (y != (pool.nhwc ? ir::permuteShape(expectedNchw, ir::kNchwToNhwc) : expectedNchw)) {
+    return nullptr;
+  }
+  int64_t size = 1;
+  for (size_t axis = 2; axis < nchw.rank(); ++axis) size *= nchw[axis];
+  auto step = std::make_unique<GlobalPoolStep>(pool.op == PoolOp::kGlobalAverage, nchw[0], nchw[1],
+                                               size, pool.nhwc);
+  step->tactic = "kiln.global_pool";
+  return step;
+}
+
+std::unique_ptr<Step> makeWindowPoolStep(const ir::Node& node, const PoolNode& pool,
+                                         const ir::Shape& x, const ir::Shape& y) {
+  if (x.rank() > 5) return nullptr;
+  const ir::Shape nchw = pool.nhwc ? ir::permuteShape(x, ir::kNhwcToNchw) : x;
+  auto g = ir::resolvePoolGeometry(node, nchw);
+  if (!g.isOk()) return nullptr;
+  std::vector<int64_t> outDims = {nchw[0], nchw[1]};
+  outDims.insert(outDims.end(), g->output.begin(), g->output.end());
+  const ir::Shape outNchw(outDims);
+  if (y != (pool.nhwc ? ir::permuteShape(outNchw, ir::kNchwToNhwc) : outNchw)) return nullptr;
+  PoolKind kind = PoolKind::kMax;
+  if (pool.op == PoolOp::kAverage) {
+    auto includePad = node.getInt("count_include_pad", 0);
+    if (!includePad.isOk()) return nullptr;
+    kind = *includePad != 0 ? PoolKind::kAverageIncludePad : PoolKind::kAverage;
+  }
+  PoolGeometry geometry;
+  geometry.batch = nchw[0];
+  geometry.channels = nchw[1];
+  const size_t spatial = g->spatialRank();
+  const size_t missing = 3 - spatial;
+  for (size_t i = 0; i < spatial; ++i) {
+    geometry.in[missing + i] = g->input[i];
+    geometry.out[missing + i] = g->output[i];
+    geometry.kernel[missing + i] = g->kernel[i];
+    geometry.stride[missing + i] = g->strides[i];
+    geometry.dilation[missing + i] = g->dilations[i];
+    geometry.padBegin[missing + i] = g->padsBegin[i];
+    geometry.padEnd[missing + i] = g->padsEnd[i];
+  }
+  alignedStrides(x, pool.nhwc, geometry.xStrides);
+  alignedStrides(y, pool.nhwc, geometry.yStrides);
+  geometry.channelsLast = pool.nhwc;
+  auto step = std::make_unique<WindowPoolStep>(geometry, kind);
+  step->tactic = "kiln.pool";
+  return step;
+}
+
+std::unique_ptr<Step> makePoolStep(const ir::Node& node, const knobs::Route& /*route*/) {
+  const std::optional<PoolNode> pool = classify(node);
+  if (!pool) return nullptr;
+  const ir::Value* x = node.input(0);
+  if (!x || node.outputs.empty() || !node.outputs[0]) return nullptr;
+  // MaxPool's Indices: the host's reference kernel computes them.
+  for (size_t i = 1; i < node.outputs.size(); ++i) {
+    if (node.outputs[i]) return nullptr;
+  }
+  const ir::Value* y = node.outputs[0];
+  if (x->dtype != ir::DType::kFloat32 || y->dtype != ir::DType::kFloat32) return nullptr;
+  if (x->shape.rank() < 3 || (pool->nhwc && x->shape.rank() != 4)) return nullptr;
+  std::unique_ptr<Step> step = pool->op == PoolOp::kGlobalMax || pool->op == PoolOp::kGlobalAverage
+                                   ? makeGlobalPoolStep(*pool, x->shape, y->shape)
+                                   : makeWindowPoolStep(node, *pool, x->shape, y->shape);
+  if (step) step->layout = pool->nhwc ? "nhwc" : "nchw";
+  return step;
+}
+
+const int kRegistered = registerStepFactory(kRankNorm, "pool", makePoolStep);
+
+}  // namespace
+}  // namespace kiln::cuda

@@ -1,0 +1,196 @@
+// Lowering an ir::Graph to a CUDA plan: a kernel per node (by the step factories, in rank order,
+// and the route's cuda.* knobs), the arena layout of every runtime value and the weights layout.
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <set>
+#include <unordered_map>
+
+#include "kiln/backends/buffer_assignment.h"
+#include "kiln/backends/cuda/kernels/steps.h"
+#include "kiln/backends/cuda/plan.h"
+
+namespace kiln::cuda {
+
+const knobs::Knob kGraphs = knobs::declareKnob({
+    .name = "cuda.graphs",
+    .kind = knobs::KnobKind::kBool,
+    .defaultValue = "on",
+    .help = "capture the plan's launches into a CUDA graph once and replay it (where every step "
+            "allows capture), instead of launching each kernel from the host on every run",
+    .backends = {"cuda"},
+});
+
+const knobs::Knob kMemoryPlanner = knobs::declareKnob({
+    .name = "cuda.memory.planner",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"reuse", "naive"},
+    .defaultValue = "reuse",
+    .help = "device arena planning: share memory between values whose lifetimes do not overlap, "
+            "or give each value its own range",
+    .backends = {"cuda"},
+});
+
+const knobs::Knob kAliasReshapes = knobs::declareKnob({
+    .name = "cuda.memory.alias_reshapes",
+    .kind = knobs::KnobKind::kBool,
+    .defaultValue = "on",
+    .help = "Reshape, Flatten, Squeeze, Unsqueeze and Identity reuse their input's device buffer "
+            "(no kernel) instead of copying it",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kInPlace = knobs::declareKnob({
+    .name = "cuda.memory.in_place",
+    .kind = knobs::KnobKind::kBool,
+    .defaultValue = "on",
+    .help = "an elementwise kernel writes its output over an input of the same shape and type that "
+            "nothing reads afterwards, instead of into a buffer of its own",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kHostFallback = knobs::declareKnob({
+    .name = "cuda.host_fallback",
+    .kind = knobs::KnobKind::kBool,
+    .defaultValue = "on",
+    .help = "run a node that has no GPU kernel on the host with the reference kernel (copying its "
+            "inputs and outputs, and giving up CUDA graphs), instead of failing the build",
+    .backends = {"cuda"},
+});
+
+namespace {
+
+struct Factory {
+  int rank;
+  std::string name;
+  StepFactory make;
+};
+
+std::vector<Factory>& factories() {
+  static std::vector<Factory> all;
+  return all;
+}
+
+bool allOutputsConstant(const ir::Node& node) {
+  for (const ir::Value* output : node.outputs) {
+    if (output && !output->constant) return false;
+  }
+  return true;
+}
+
+bool isAlias(const ir::Node& node, const knobs::Route& route) {
+  static const std::set<std::string> kAliasOps = {"Reshape", "Flatten", "Squeeze", "Unsqueeze",
+                                                  "Identity"};
+  if (!node.domain.empty() || !kAliasOps.count(node.opType)) return false;
+  if (node.outputs.size() != 1 || !node.outputs[0] || !node.inputs[0]) return false;
+  if (node.inputs[0]->constant || node.outputs[0]->constant) return false;
+  return route.value(kAliasReshapes, &node) == "on";
+}
+
+// Tactics whose kernels read element i of every input before writing element i of the output
+// and touch no other element (so the output may overwrite a same-shaped input).
+int inPlaceInput(const Step& step) {
+  static const std::set<std::string> kElementwiseTactics = {"kiln.unary", "kiln.binary",
+                                                            "kiln.fused_eltwise"};
+  if (!kElementwiseTactics.count(step.tactic)) return -1;
+  const ir::Value* output = step.node->outputs[0];
+  for (size_t i = 0; i < step.node->inputs.size(); ++i) {
+    const ir::Value* input = step.node->inputs[i];
+    if (input && !input->constant && input->dtype == output->dtype &&
+        input->shape == output->shape) {
+      return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
+constexpr int64_t kWeightAlignment = 256;
+
+}  // namespace
+
+int registerStepFactory(int rank, std::string name, StepFactory factory) {
+  auto& all = factories();
+  all.push_back({rank, std::move(name), std::move(factory)});
+  std::stable_sort(all.begin(), all.end(),
+                   [](const Factory& a, const Factory& b) { return a.rank < b.rank; });
+  return static_cast<int>(all.size());
+}
+
+Result<Plan> lowerToCuda(std::shared_ptr<const ir::Graph> graph, const knobs::Route& route) {
+  Plan plan;
+  plan.graph_ = graph;
+  plan.graphsAllowed_ = route.value(kGraphs) == "on";
+  for (const auto& value : graph->values()) {
+    if (!value->hasType) {
+      return internalError("value '{}' has no type: lower only shape-inferred graphs", value->name);
+    }
+  }
+  const bool hostFallback = route.value(kHostFallback) == "on";
+  backends::BufferRequests requests;
+  for (const auto& nodePtr : graph->nodes()) {
+    const ir::Node& node = *nodePtr;
+    if (allOutputsConstant(node)) continue;  // folded at build time (e.g. Shape of a static shape)
+    if (isAlias(node, route)) {
+      requests.aliases.push_back(&node);
+      continue;
+    }
+    std::unique_ptr<Step> step;
+    for (const Factory& factory : factories()) {
+      step = factory.make(node, route);
+      if (step) break;
+    }
+    if (!step && hostFallback) step = makeHostStep(node);
+    if (!step) {
+      return unsupported("{}: the CUDA backend has no kernel for '{}'{}", node.describe(),
+                         node.opType,
+                         hostFallback ? " (nor the reference executor)"
+                                      : " (and cuda.host_fallback is off)");
+    }
+    step->node = &node;
+    requests.steps.push_back(&node);
+    const int input = inPlaceInput(*step);
+    requests.inPlaceInputs.push_back(
+        input >= 0 && route.value(kInPlace, &node) == "on" ? input : -1);
+    plan.steps_.push_back(std::move(step));
+  }
+  requests.reuse = route.value(kMemoryPlanner) == "reuse";
+  requests.alignment = 256;
+  requests.keepInputsIntact = true;  // Plan::time uploads inputs once for many runs
+  const backends::BufferAssignment memory = backends::assignBuffers(*graph, requests);
+  plan.arenaBytes_ = memory.arenaBytes;
+
+  // Constants: each distinct one once in the weights buffer.
+  std::unordered_map<const ir::Tensor*, int64_t> weightOffset;
+  auto refFor = [&](const ir::Value* value) {
+    BufferRef ref{value->dtype, value->shape};
+    if (value->constant) {
+      ref.constant = &*value->constant;
+      auto [it, inserted] = weightOffset.emplace(ref.constant, plan.weightBytes_);
+      if (inserted) {
+        plan.constants_.push_back(ref.constant);
+        plan.constantOffsets_.push_back(plan.weightBytes_);
+        const int64_t bytes = static_cast<int64_t>(ref.constant->byteSize());
+        plan.weightBytes_ += (bytes + kWeightAlignment - 1) / kWeightAlignment * kWeightAlignment;
+      }
+      ref.weightOffset = it->second;
+    } else {
+      ref.offset = memory.offsets.at(value);
+    }
+    return ref;
+  };
+  for (auto& step : plan.steps_) {
+    for (const ir::Value* input : step->node->inputs) {
+      step->inputs.push_back(input ? std::optional<BufferRef>(refFor(input)) : std::nullopt);
+    }
+    for (const ir::Value* output : step->node->outputs) {
+      step->outputs.push_back(output ? std::optional<BufferRef>(refFor(output)) : std::nullopt);
+    }
+  }
+  for (const ir::Value* input : graph->inputs) plan.inputs_.push_back(refFor(input));
+  for (const ir::Value* output : graph->outputs) plan.outputs_.push_back(refFor(output));
+  return plan;
+}
+
+}  // namespace kiln::cuda

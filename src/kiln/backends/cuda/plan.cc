@@ -1,0 +1,269 @@
+// Running a CUDA plan: device resources, constant upload, step preparation, CUDA graph capture
+// and replay, and timing with CUDA events.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kiln/backends/cuda/plan.h"
+
+namespace kiln::cuda {
+
+Result<std::byte*> PrepareContext::allocate(int64_t bytes, std::string_view what) {
+  KILN_ASSIGN_OR_RETURN(DeviceMemory memory, DeviceMemory::allocate(bytes, what));
+  std::byte* data = memory.data();
+  keep->push_back(std::move(memory));
+  return data;
+}
+
+struct Plan::Device {
+  DeviceInfo info;
+  Stream stream;
+  LibraryHandles handles;
+  DeviceMemory arena;
+  DeviceMemory weights;
+  DeviceMemory workspace;
+  std::vector<DeviceMemory> kept;  // steps' derived constants
+  PinnedMemory staging;            // outputs, for timed runs that include copies
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t graphExec = nullptr;
+  std::string graphNote;  // why the plan runs without a graph, when it does
+
+  Context context() const {
+    Context c;
+    c.stream = stream.get();
+    c.arena = arena.data();
+    c.weights = weights.data();
+    c.workspace = workspace.data();
+    c.workspaceBytes = workspace.bytes();
+    c.cublasLt = handles.cublasLt();
+    c.cudnn = handles.cudnn();
+    return c;
+  }
+  ~Device() {
+    if (graphExec) cudaGraphExecDestroy(graphExec);
+    if (graph) cudaGraphDestroy(graph);
+  }
+};
+
+Plan::Plan() = default;
+Plan::~Plan() {
+  // Work still queued reads the arena: let it finish before the memory goes.
+  if (device_ && device_->stream.get()) cudaStreamSynchronize(device_->stream.get());
+}
+Plan::Plan(Plan&&) noexcept = default;
+Plan& Plan::operator=(Plan&&) noexcept = default;
+
+int64_t Plan::workspaceBytes() const { return device_ ? device_->workspace.bytes() : 0; }
+
+bool Plan::usesGraph() const { return device_ && device_->graphExec != nullptr; }
+std::string Plan::graphNote() const { return device_ ? device_->graphNote : ""; }
+
+Status Plan::initialize() {
+  if (device_) return Status::ok();
+  auto device = std::make_unique<Device>();
+  KILN_ASSIGN_OR_RETURN(device->info, currentDevice());
+  KILN_CUDA_CHECK(cudaSetDevice(device->info.ordinal));
+  KILN_ASSIGN_OR_RETURN(device->stream, Stream::create());
+  KILN_ASSIGN_OR_RETURN(device->handles, LibraryHandles::create(device->stream.get()));
+  KILN_ASSIGN_OR_RETURN(device->arena, DeviceMemory::allocate(arenaBytes_, "the activation arena"));
+  KILN_ASSIGN_OR_RETURN(device->weights, DeviceMemory::allocate(weightBytes_, "the weights"));
+  for (size_t i = 0; i < constants_.size(); ++i) {
+    const ir::Tensor& tensor = *constants_[i];
+    if (tensor.byteSize() == 0) continue;
+    KILN_CUDA_CHECK(cudaMemcpy(device->weights.data() + constantOffsets_[i], tensor.rawData(),
+                               tensor.byteSize(), cudaMemcpyHostToDevice));
+  }
+  // Steps prepare in order, each seeing the arena and weights (a step that times candidates may
+  // write its own outputs, which nothing has read yet).
+  PrepareContext prepare;
+  prepare.context = device->context();
+  prepare.device = &device->info;
+  prepare.keep = &device->kept;
+  int64_t workspace = 0;
+  bool capturable = graphsAllowed_;
+  for (const auto& step : steps_) {
+    KILN_RETURN_IF_ERROR(step->prepare(prepare));
+    workspace = std::max(workspace, step->workspaceBytes());
+    capturable = capturable && step->capturable();
+  }
+  KILN_ASSIGN_OR_RETURN(device->workspace, DeviceMemory::allocate(workspace, "the workspace"));
+  KILN_CUDA_CHECK(cudaStreamSynchronize(device->stream.get()));
+  device_ = std::move(device);
+
+  if (!graphsAllowed_) {
+    device_->graphNote = "CUDA graphs are off (cuda.graphs=off)";
+  } else if (!capturable) {
+    device_->graphNote = "a step synchronises with the host (host fallback), so no CUDA graph";
+  } else {
+    cudaStream_t stream = device_->stream.get();
+    KILN_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    const Status enqueued = enqueueSteps();
+    cudaGraph_t graph = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+    if (enqueued.isOk() && ended == cudaSuccess) {
+      device_->graph = graph;
+      KILN_CUDA_CHECK(cudaGraphInstantiate(&device_->graphExec, graph, 0));
+    } else {
+      // A library call that cannot be captured: run step by step, and say so.
+      if (graph) cudaGraphDestroy(graph);
+      cudaGetLastError();
+      device_->graphNote = fmt::format(
+          "CUDA graph capture failed, running step by step: {}",
+          enqueued.isOk() ? cudaGetErrorString(ended) : enqueued.message());
+    }
+  }
+  return Status::ok();
+}
+
+Status Plan::fillArena(uint8_t byte) {
+  KILN_RETURN_IF_ERROR(initialize());
+  if (arenaBytes_ == 0) return Status::ok();
+  KILN_CUDA_CHECK(cudaMemsetAsync(device_->arena.data(), byte, static_cast<size_t>(arenaBytes_),
+                                  device_->stream.get()));
+  KILN_CUDA_CHECK(cudaStreamSynchronize(device_->stream.get()));
+  return Status::ok();
+}
+
+Status Plan::uploadInputs(const std::vector<ir::Tensor>& inputs) {
+  if (inputs.size() != inputs_.size()) {
+    return invalidInput("the model has {} inputs, {} were given", inputs_.size(), inputs.size());
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].dtype() != inputs_[i].dtype || inputs[i].shape() != inputs_[i].shape) {
+      return invalidInput("input '{}' must be {} {}, got {} {}", graph_->inputs[i]->name,
+                          ir::dtypeName(inputs_[i].dtype), inputs_[i].shape.toString(),
+                          ir::dtypeName(inputs[i].dtype()), inputs[i].shape().toString());
+    }
+  }
+  KILN_RETURN_IF_ERROR(initialize());
+  const Context context = device_->context();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].byteSize() == 0) continue;
+    KILN_CUDA_CHECK(cudaMemcpyAsync(context.address(inputs_[i]), inputs[i].rawData(),
+                                    inputs[i].byteSize(), cudaMemcpyHostToDevice,
+                                    context.stream));
+  }
+  return Status::ok();
+}
+
+Status Plan::enqueueSteps() const {
+  const Context context = device_->context();
+  for (const auto& step : steps_) {
+    Status status = step->enqueue(context);
+    if (!status.isOk()) {
+      return Status(status.code(), fmt::format("{} ({}): {}", step->node->describe(), step->tactic,
+                                               status.message()));
+    }
+  }
+  return Status::ok();
+}
+
+Status Plan::enqueueRun() {
+  if (device_->graphExec) {
+    KILN_CUDA_CHECK(cudaGraphLaunch(device_->graphExec, device_->stream.get()));
+    return Status::ok();
+  }
+  return enqueueSteps();
+}
+
+Result<std::vector<ir::Tensor>> Plan::downloadOutputs() {
+  const Context context = device_->context();
+  std::vector<ir::Tensor> outputs;
+  for (const BufferRef& ref : outputs_) {
+    ir::Tensor out(ref.dtype, ref.shape);
+    if (out.byteSize() > 0) {
+      KILN_CUDA_CHECK(cudaMemcpyAsync(out.mutableRawData(), context.address(ref), out.byteSize(),
+                                      cudaMemcpyDeviceToHost, context.stream));
+    }
+    outputs.push_back(std::move(out));
+  }
+  KILN_RETURN_IF_ERROR(
+      cudaStatus(cudaStreamSynchronize(context.stream), "running the plan (a kernel failed)"));
+  return outputs;
+}
+
+Result<std::vector<ir::Tensor>> Plan::run(const std::vector<ir::Tensor>& inputs,
+                                          std::vector<double>* stepMilliseconds) {
+  KILN_RETURN_IF_ERROR(uploadInputs(inputs));
+  if (!stepMilliseconds) {
+    KILN_RETURN_IF_ERROR(enqueueRun());
+    return downloadOutputs();
+  }
+  // Step by step, an event before each step and after the last.
+  const Context context = device_->context();
+  std::vector<Event> events;
+  for (size_t i = 0; i <= steps_.size(); ++i) {
+    KILN_ASSIGN_OR_RETURN(Event event, Event::create());
+    events.push_back(std::move(event));
+  }
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    KILN_CUDA_CHECK(cudaEventRecord(events[i].get(), context.stream));
+    Status status = steps_[i]->enqueue(context);
+    if (!status.isOk()) {
+      return Status(status.code(), fmt::format("{} ({}): {}", steps_[i]->node->describe(),
+                                               steps_[i]->tactic, status.message()));
+    }
+  }
+  KILN_CUDA_CHECK(cudaEventRecord(events.back().get(), context.stream));
+  KILN_ASSIGN_OR_RETURN(auto outputs, downloadOutputs());
+  stepMilliseconds->assign(steps_.size(), 0.0);
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    KILN_ASSIGN_OR_RETURN((*stepMilliseconds)[i], elapsedMs(events[i], events[i + 1]));
+  }
+  return outputs;
+}
+
+Result<std::vector<double>> Plan::time(const std::vector<ir::Tensor>& inputs,
+                                       const TimingOptions& options) {
+  KILN_RETURN_IF_ERROR(uploadInputs(inputs));
+  const Context context = device_->context();
+  int64_t outputBytes = 0;
+  for (const BufferRef& ref : outputs_) outputBytes += ref.bytes();
+  if (options.includeCopies && device_->staging.bytes() < outputBytes) {
+    KILN_ASSIGN_OR_RETURN(device_->staging, PinnedMemory::allocate(outputBytes));
+  }
+  auto oneRun = [&]() -> Status {
+    if (options.includeCopies) {
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        if (inputs[i].byteSize() == 0) continue;
+        KILN_CUDA_CHECK(cudaMemcpyAsync(context.address(inputs_[i]), inputs[i].rawData(),
+                                        inputs[i].byteSize(), cudaMemcpyHostToDevice,
+                                        context.stream));
+      }
+    }
+    KILN_RETURN_IF_ERROR(enqueueRun());
+    if (options.includeCopies) {
+      int64_t at = 0;
+      for (const BufferRef& ref : outputs_) {
+        if (ref.bytes() == 0) continue;
+        KILN_CUDA_CHECK(cudaMemcpyAsync(device_->staging.data() + at, context.address(ref),
+                                        ref.bytes(), cudaMemcpyDeviceToHost, context.stream));
+        at += ref.bytes();
+      }
+    }
+    return Status::ok();
+  };
+  for (int i = 0; i < options.warmUpRuns; ++i) KILN_RETURN_IF_ERROR(oneRun());
+  KILN_CUDA_CHECK(cudaStreamSynchronize(context.stream));
+  std::vector<Event> events;
+  for (int i = 0; i < 2 * options.runs; ++i) {
+    KILN_ASSIGN_OR_RETURN(Event event, Event::create());
+    events.push_back(std::move(event));
+  }
+  for (int i = 0; i < options.runs; ++i) {
+    KILN_CUDA_CHECK(cudaEventRecord(events[2 * i].get(), context.stream));
+    KILN_RETURN_IF_ERROR(oneRun());
+    KILN_CUDA_CHECK(cudaEventRecord(events[2 * i + 1].get(), context.stream));
+  }
+  KILN_RETURN_IF_ERROR(
+      cudaStatus(cudaStreamSynchronize(context.stream), "timing the plan (a kernel failed)"));
+  std::vector<double> ms;
+  for (int i = 0; i < options.runs; ++i) {
+    KILN_ASSIGN_OR_RETURN(double elapsed, elapsedMs(events[2 * i], events[2 * i + 1]));
+    ms.push_back(elapsed);
+  }
+  return ms;
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,426 @@
+// The CUDA backend's convolutions (kernels/conv_steps.cc): Conv, kiln.FusedConv and
+// kiln.NhwcConv from cuDNN and from kiln's direct kernel, against the reference executor.
+// Without a GPU each case checks the lowering's tactic (and so every cuda.conv.* knob's effect on
+// it); on a GPU it also runs the case, and checks that a step lowered to cuDNN still runs cuDNN
+// once prepared (a silent fall back to kiln's kernel would hide a broken cuDNN graph).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "kiln/ir/op_schema.h"
+
+namespace kiln::testing {
+namespace {
+
+using ir::Shape;
+
+// cuDNN and kiln's kernel reorder the sums of the reference; fp32 accumulation stays within this.
+constexpr double kRtol = 1e-4;
+constexpr double kAtol = 1e-5;
+
+OpInput activations(Shape shape, unsigned seed) {
+  return {uniformTensor(std::move(shape), seed, -1.0f, 1.0f), false};
+}
+OpInput constantWeights(Shape shape, unsigned seed) {
+  return {uniformTensor(std::move(shape), seed, -0.5f, 0.5f), true};
+}
+
+// The tactic of the step for `c`'s node once the plan is prepared on the device ("" without one).
+std::string preparedTactic(const CudaOpCase& c) {
+  BuilderConfig config;
+  EXPECT_TRUE(config.setBuildRoute("-cuda.host_fallback=off " + c.route).isOk());
+  auto build = buildCuda(
+      makeSingleOpGraph(c.opType, c.inputs, c.attributes, c.opset, c.outputCount, c.domain),
+      config);
+  if (!build.isOk()) {
+    ADD_FAILURE() << build.status().toString();
+    return "";
+  }
+  const Status ready = build->plan.initialize();
+  if (!ready.isOk()) {
+    ADD_FAILURE() << ready.toString();
+    return "";
+  }
+  return cudaTacticOf(*build, c.opType);
+}
+
+// Runs `c` (tactic checked at lowering); on a GPU, a cuDNN step must stay on cuDNN. Whether it
+// kept its fused epilogue is recorded, not required: cuDNN may have no fp32-exact engine for the
+// fused graph, and then runs the bare convolution and kiln's epilogue kernel.
+void expectConv(CudaOpCase c) {
+  c.rtol = kRtol;
+  c.atol = kAtol;
+  expectCudaMatchesReference(c);
+  if (!cuda::deviceAvailable() || c.expectTactic.rfind("cudnn", 0) != 0) return;
+  const std::string prepared = preparedTactic(c);
+  EXPECT_EQ(prepared.rfind("cudnn", 0), 0u)
+      << "lowered to " << c.expectTactic << " but prepared as " << prepared;
+  ::testing::Test::RecordProperty("prepared_tactic", prepared);
+}
+
+struct ConvShape {
+  std::string name;
+  Shape x, w;
+  CudaAttributes attributes;
+  bool bias = true;
+  bool symmetric = true;  // cuDNN-eligible pads
+};
+
+std::vector<ConvShape> convShapes() {
+  return {
+      {"1x1", {2, 8, 5, 7}, {6, 8, 1, 1}, {}},
+      {"3x3", {1, 3, 9, 11}, {4, 3, 3, 3}, {{"pads", intsAttr({1, 1, 1, 1})}}},
+      {"3x3_stride2",
+       {2, 5, 13, 10},
+       {7, 5, 3, 3},
+       {{"pads", intsAttr({1, 1, 1, 1})}, {"strides", intsAttr({2, 2})}}},
+      {"depthwise",
+       {1, 6, 10, 9},
+       {6, 1, 3, 3},
+       {{"pads", intsAttr({1, 1, 1, 1})}, {"group", intAttr(6)}}},
+      {"depthwise_multiplier2",
+       {2, 3, 8, 7},
+       {6, 1, 3, 3},
+       {{"pads", intsAttr({1, 1, 1, 1})}, {"group", intAttr(3)}, {"strides", intsAttr({2, 1})}}},
+      {"grouped", {2, 8, 7, 7}, {6, 4, 3, 3}, {{"group", intAttr(2)}}, false},
+      {"dilated",
+       {1, 4, 15, 13},
+       {5, 4, 3, 3},
+       {{"pads", intsAttr({2, 3, 2, 3})}, {"dilations", intsAttr({2, 3})}}},
+      {"5x5_no_bias", {3, 2, 11, 12}, {3, 2, 5, 5}, {{"pads", intsAttr({2, 2, 2, 2})}}, false},
+      {"kernel_shape_given",
+       {1, 3, 6, 6},
+       {2, 3, 2, 3},
+       {{"kernel_shape", intsAttr({2, 3})}, {"pads", intsAttr({1, 1, 1, 1})}}},
+      {"1x1_size1_dims", {1, 5, 1, 1}, {3, 5, 1, 1}, {}},
+      {"asymmetric_pads", {1, 3, 8, 9}, {4, 3, 3, 3}, {{"pads", intsAttr({0, 1, 1, 2})}}, true,
+       false},
+      {"same_upper_stride1", {2, 3, 7, 8}, {4, 3, 3, 3}, {{"auto_pad", stringAttr("SAME_UPPER")}}},
+      // Stride 2 over an even extent: one pad in total per axis, at the end (upper) or start.
+      {"same_upper_stride2",
+       {1, 3, 8, 10},
+       {4, 3, 3, 3},
+       {{"auto_pad", stringAttr("SAME_UPPER")}, {"strides", intsAttr({2, 2})}},
+       true,
+       false},
+      {"same_lower_stride2",
+       {1, 3, 8, 10},
+       {4, 3, 3, 3},
+       {{"auto_pad", stringAttr("SAME_LOWER")}, {"strides", intsAttr({2, 2})}},
+       true,
+       false},
+      {"valid", {2, 3, 9, 7}, {4, 3, 3, 2}, {{"auto_pad", stringAttr("VALID")}}},
+      {"1d", {2, 3, 17}, {4, 3, 5}, {{"pads", intsAttr({2, 2})}, {"strides", intsAttr({2})}}},
+      {"1d_asymmetric", {1, 4, 12}, {2, 4, 3}, {{"pads", intsAttr({0, 2})}}, true, false},
+      {"1d_dilated_grouped",
+       {2, 6, 19},
+       {4, 3, 3},
+       {{"pads", intsAttr({2, 2})}, {"dilations", intsAttr({2})}, {"group", intAttr(2)}}},
+      {"3d", {1, 2, 5, 6, 7}, {3, 2, 3, 3, 3}, {{"pads", intsAttr({1, 1, 1, 1, 1, 1})}}},
+      {"3d_strided",
+       {2, 3, 6, 5, 4},
+       {2, 3, 2, 3, 1},
+       {{"strides", intsAttr({2, 1, 2})}, {"pads", intsAttr({0, 1, 0, 0, 1, 0})}}},
+  };
+}
+
+CudaOpCase convCase(const ConvShape& s, unsigned seed) {
+  CudaOpCase c{.opType = "Conv", .attributes = s.attributes};
+  c.inputs = {activations(s.x, seed), constantWeights(s.w, seed + 1)};
+  if (s.bias) c.inputs.push_back(constantWeights({s.w[0]}, seed + 2));
+  return c;
+}
+
+TEST(CudaConv, CudnnMatchesReference) {
+  unsigned seed = 10;
+  for (const ConvShape& s : convShapes()) {
+    SCOPED_TRACE(s.name);
+    CudaOpCase c = convCase(s, seed += 3);
+    // Asymmetric pads stay with kiln's kernel whatever the source.
+    c.expectTactic = s.symmetric ? "cudnn" : "kiln.conv";
+    expectConv(c);
+  }
+}
+
+TEST(CudaConv, NativeMatchesReference) {
+  unsigned seed = 100;
+  for (const ConvShape& s : convShapes()) {
+    SCOPED_TRACE(s.name);
+    CudaOpCase c = convCase(s, seed += 3);
+    c.route = "-cuda.conv.source=native";
+    c.expectTactic = "kiln.conv";
+    expectConv(c);
+  }
+}
+
+TEST(CudaConv, TimedAlgoMatchesReference) {
+  unsigned seed = 200;
+  for (const ConvShape& s : convShapes()) {
+    if (!s.symmetric) continue;
+    SCOPED_TRACE(s.name);
+    CudaOpCase c = convCase(s, seed += 3);
+    c.route = "-cuda.conv.algo=timed";
+    c.expectTactic = "cudnn.timed";
+    expectConv(c);
+  }
+}
+
+TEST(CudaConv, SeparateEpilogueAddsTheBiasAfterCudnn) {
+  CudaOpCase c = convCase(convShapes()[2], 300);
+  c.route = "-cuda.conv.epilogue=separate";
+  c.expectTactic = "cudnn+epilogue";
+  expectConv(c);
+  // Without a bias there is nothing to separate.
+  CudaOpCase plain = convCase(convShapes()[7], 301);
+  plain.route = "-cuda.conv.epilogue=separate";
+  plain.expectTactic = "cudnn";
+  expectConv(plain);
+}
+
+TEST(CudaConv, RuntimeWeightsAndBias) {
+  for (const char* source : {"cudnn", "native"}) {
+    SCOPED_TRACE(source);
+    CudaOpCase c{.opType = "Conv", .attributes = {{"pads", intsAttr({1, 1, 1, 1})}}};
+    c.inputs = {activations({2, 4, 9, 6}, 400), activations({5, 4, 3, 3}, 401),
+                activations({5}, 402)};
+    c.route = std::string("-cuda.conv.source=") + source;
+    c.expectTactic = std::string(source) == "cudnn" ? "cudnn" : "kiln.conv";
+    expectConv(c);
+  }
+}
+
+// A batch of zero images: no cuDNN (it takes no empty tensors), and nothing to launch.
+TEST(CudaConv, EmptyBatchTakesKilnsKernel) {
+  CudaOpCase c{.opType = "Conv", .attributes = {{"pads", intsAttr({1, 1, 1, 1})}}};
+  c.inputs = {{ir::Tensor(ir::DType::kFloat32, Shape{0, 3, 5, 5}), false},
+              constantWeights({2, 3, 3, 3}, 410)};
+  c.expectTactic = "kiln.conv";
+  expectConv(c);
+}
+
+// ---------------------------------------------------------------------------------------------
+// kiln.FusedConv: every activation, with and without a residual.
+
+struct Activation {
+  std::string name;
+  CudaAttributes attributes;
+  bool cudnnFuses;  // a cuDNN pointwise mode computes it exactly
+};
+
+std::vector<Activation> activationList() {
+  return {
+      {"Relu", {}, true},
+      {"LeakyRelu", {{"activation_alpha", floatAttr(0.1f)}}, true},
+      {"Clip", {{"activation_alpha", floatAttr(-0.5f)}, {"activation_beta", floatAttr(0.7f)}}, true},
+      // An unbounded side has no RELU_FWD clip: kiln's epilogue kernel clips.
+      {"Clip", {{"activation_beta", floatAttr(0.6f)}}, false},
+      {"Sigmoid", {}, true},
+      {"HardSigmoid",
+       {{"activation_alpha", floatAttr(0.3f)}, {"activation_beta", floatAttr(0.4f)}},
+       false},
+      {"HardSwish", {}, false},
+      {"Tanh", {}, true},
+      {"Gelu", {}, true},
+  };
+}
+
+CudaOpCase fusedCase(const Activation& a, bool residual, unsigned seed) {
+  CudaOpCase c{.opType = "FusedConv",
+               .attributes = {{"pads", intsAttr({1, 1, 1, 1})}, {"strides", intsAttr({1, 2})}},
+               .domain = ir::kKilnDomain};
+  c.attributes["activation"] = stringAttr(a.name);
+  for (const auto& [key, value] : a.attributes) c.attributes[key] = value;
+  c.inputs = {activations({2, 5, 9, 11}, seed), constantWeights({6, 5, 3, 3}, seed + 1),
+              constantWeights({6}, seed + 2)};
+  // Output [2, 6, 9, 6].
+  if (residual) c.inputs.push_back(activations({2, 6, 9, 6}, seed + 3));
+  return c;
+}
+
+TEST(CudaFusedConv, EveryActivationWithAndWithoutResidual) {
+  unsigned seed = 500;
+  for (const Activation& a : activationList()) {
+    for (bool residual : {false, true}) {
+      SCOPED_TRACE(a.name + (residual ? " + residual" : ""));
+      CudaOpCase fused = fusedCase(a, residual, seed += 5);
+      fused.expectTactic = a.cudnnFuses ? "cudnn" : "cudnn+epilogue";
+      expectConv(fused);
+
+      CudaOpCase separate = fusedCase(a, residual, seed += 5);
+      separate.route = "-cuda.conv.epilogue=separate";
+      separate.expectTactic = "cudnn+epilogue";
+      expectConv(separate);
+
+      CudaOpCase native = fusedCase(a, residual, seed += 5);
+      native.route = "-cuda.conv.source=native";
+      native.expectTactic = "kiln.conv";
+      expectConv(native);
+
+      CudaOpCase timed = fusedCase(a, residual, seed += 5);
+      timed.route = "-cuda.conv.algo=timed";
+      timed.expectTactic = a.cudnnFuses ? "cudnn.timed" : "cudnn.timed+epilogue";
+      expectConv(timed);
+    }
+  }
+}
+
+TEST(CudaFusedConv, ResidualWithoutBiasOrActivation) {
+  for (const char* source : {"cudnn", "native"}) {
+    SCOPED_TRACE(source);
+    CudaOpCase c{.opType = "FusedConv",
+                 .attributes = {{"group", intAttr(4)}},
+                 .domain = ir::kKilnDomain};
+    c.inputs = {activations({1, 4, 7, 5}, 600), constantWeights({4, 1, 3, 3}, 601), OpInput{},
+                activations({1, 4, 5, 3}, 602)};
+    c.route = std::string("-cuda.conv.source=") + source;
+    c.expectTactic = std::string(source) == "cudnn" ? "cudnn" : "kiln.conv";
+    expectConv(c);
+  }
+}
+
+TEST(CudaFusedConv, DepthwiseAndOneDimensional) {
+  CudaOpCase depthwise{.opType = "FusedConv",
+                       .attributes = {{"group", intAttr(6)},
+                                      {"pads", intsAttr({1, 1, 1, 1})},
+                                      {"strides", intsAttr({2, 2})},
+                                      {"activation", stringAttr("HardSwish")}},
+                       .domain = ir::kKilnDomain};
+  depthwise.inputs = {activations({2, 6, 9, 9}, 610), constantWeights({6, 1, 3, 3}, 611),
+                      constantWeights({6}, 612), activations({2, 6, 5, 5}, 613)};
+  depthwise.expectTactic = "cudnn+epilogue";
+  expectConv(depthwise);
+
+  CudaOpCase oneD{.opType = "FusedConv",
+                  .attributes = {{"pads", intsAttr({1, 1})}, {"activation", stringAttr("Relu")}},
+                  .domain = ir::kKilnDomain};
+  oneD.inputs = {activations({3, 4, 13}, 620), constantWeights({5, 4, 3}, 621),
+                 constantWeights({5}, 622), activations({3, 5, 13}, 623)};
+  oneD.expectTactic = "cudnn";
+  expectConv(oneD);
+}
+
+// ---------------------------------------------------------------------------------------------
+// kiln.NhwcConv: X [N, H, W, C], W [kH, kW, C/group, M], residual [N, OH, OW, M].
+
+struct NhwcShape {
+  std::string name;
+  Shape x, w, y;
+  CudaAttributes attributes;
+  bool symmetric = true;
+};
+
+std::vector<NhwcShape> nhwcShapes() {
+  return {
+      {"3x3", {2, 9, 7, 5}, {3, 3, 5, 6}, {2, 9, 7, 6}, {{"pads", intsAttr({1, 1, 1, 1})}}},
+      {"1x1_stride2", {1, 8, 6, 4}, {1, 1, 4, 3}, {1, 4, 3, 3}, {{"strides", intsAttr({2, 2})}}},
+      {"depthwise",
+       {1, 7, 8, 6},
+       {3, 3, 1, 6},
+       {1, 7, 8, 6},
+       {{"pads", intsAttr({1, 1, 1, 1})}, {"group", intAttr(6)}}},
+      {"grouped_dilated",
+       {2, 10, 9, 4},
+       {3, 3, 2, 6},
+       {2, 6, 5, 6},
+       {{"group", intAttr(2)}, {"dilations", intsAttr({2, 2})}}},
+      {"asymmetric", {1, 6, 6, 3}, {3, 3, 3, 2}, {1, 6, 5, 2}, {{"pads", intsAttr({1, 0, 1, 0})}},
+       false},
+  };
+}
+
+CudaOpCase nhwcCase(const NhwcShape& s, const std::string& activation, bool residual,
+                    bool constantWeightsOnly, unsigned seed) {
+  CudaOpCase c{.opType = "NhwcConv", .attributes = s.attributes, .domain = ir::kKilnDomain};
+  if (!activation.empty()) c.attributes["activation"] = stringAttr(activation);
+  c.inputs = {activations(s.x, seed),
+              constantWeightsOnly ? constantWeights(s.w, seed + 1) : activations(s.w, seed + 1),
+              constantWeights({s.w[3]}, seed + 2)};
+  if (residual) c.inputs.push_back(activations(s.y, seed + 3));
+  return c;
+}
+
+TEST(CudaNhwcConv, MatchesReferenceFromEachSource) {
+  unsigned seed = 700;
+  for (const NhwcShape& s : nhwcShapes()) {
+    for (const char* source : {"cudnn", "native"}) {
+      for (bool residual : {false, true}) {
+        SCOPED_TRACE(s.name + " " + source + (residual ? " + residual" : ""));
+        CudaOpCase c = nhwcCase(s, "Relu", residual, true, seed += 4);
+        c.route = std::string("-cuda.conv.source=") + source;
+        c.expectTactic = std::string(source) == "cudnn" && s.symmetric ? "cudnn" : "kiln.conv";
+        expectConv(c);
+        // The NHWC layout is what the step records.
+        BuilderConfig config;
+        ASSERT_TRUE(config.setBuildRoute(c.route).isOk());
+        auto build = buildCuda(makeSingleOpGraph(c.opType, c.inputs, c.attributes, c.opset, 1,
+                                                 c.domain),
+                               config);
+        ASSERT_TRUE(build.isOk()) << build.status().toString();
+        ASSERT_EQ(build->plan.steps().size(), 1u);
+        EXPECT_EQ(build->plan.steps()[0]->layout, "nhwc");
+      }
+    }
+  }
+}
+
+// Weights that are runtime inputs are reordered for cuDNN on every run, into the workspace.
+TEST(CudaNhwcConv, RuntimeWeights) {
+  unsigned seed = 800;
+  for (const NhwcShape& s : nhwcShapes()) {
+    if (!s.symmetric) continue;
+    SCOPED_TRACE(s.name);
+    CudaOpCase c = nhwcCase(s, "Sigmoid", true, false, seed += 4);
+    c.expectTactic = "cudnn";
+    expectConv(c);
+    CudaOpCase timed = nhwcCase(s, "HardSigmoid", false, false, seed += 4);
+    timed.route = "-cuda.conv.algo=timed -cuda.conv.epilogue=separate";
+    timed.expectTactic = "cudnn.timed+epilogue";
+    expectConv(timed);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the factory leaves to others.
+
+TEST(CudaConv, Float16AndConvTransposeAreNotTaken) {
+  BuilderConfig config;
+  ASSERT_TRUE(config.setBuildRoute("").isOk());
+  const ir::Tensor half =
+      ir::Tensor(ir::DType::kFloat16, Shape{1, 2, 4, 4});  // zeros are enough for lowering
+  auto build = buildCuda(makeSingleOpGraph("Conv",
+                                           {{half, false},
+                                            {ir::Tensor(ir::DType::kFloat16, Shape{3, 2, 3, 3}),
+                                             true}}),
+                         config);
+  ASSERT_TRUE(build.isOk()) << build.status().toString();
+  EXPECT_EQ(cudaTacticOf(*build, "Conv"), "host.reference");
+
+  auto transpose = buildCuda(
+      makeSingleOpGraph("ConvTranspose", {activations({1, 2, 4, 4}, 900),
+                                          constantWeights({2, 3, 3, 3}, 901)}),
+      config);
+  ASSERT_TRUE(transpose.isOk()) << transpose.status().toString();
+  EXPECT_NE(cudaTacticOf(*transpose, "ConvTranspose").rfind("cudnn", 0), 0u);
+  EXPECT_NE(cudaTacticOf(*transpose, "ConvTranspose"), "kiln.conv");
+}
+
+// Each cuda.conv.* knob can be set for one node; the others keep the default.
+TEST(CudaConv, KnobsApplyPerNode) {
+  CudaOpCase c = convCase(convShapes()[1], 950);
+  c.route = "-cuda.conv.source@node=native";
+  c.expectTactic = "kiln.conv";
+  expectConv(c);
+  c.route = "-cuda.conv.source@other*=native";
+  c.expectTactic = "cudnn";
+  BuilderConfig config;
+  ASSERT_TRUE(config.setBuildRoute(c.route).isOk());
+  // A selector that matches no node is the route's error, not a silent default.
+  auto build = buildCuda(
+      makeSingleOpGraph(c.opType, c.inputs, c.attributes, c.opset, 1, c.domain), config);
+  EXPECT_FALSE(build.isOk());
+}
+
+}  // namespace
+}  // namespace kiln::testing

@@ -1,0 +1,98 @@
+// The harness for the CUDA backend's kernel tests: a one-node graph built for the CUDA backend
+// with a route, its tactic checked (anywhere: lowering needs no GPU), then, where a GPU is
+// present, run on a poisoned arena and compared with the reference executor.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "../unit/op_test_util.h"
+#include "kiln/backends/cuda/runtime.h"
+#include "kiln/engine/builder.h"
+
+namespace kiln::testing {
+
+using CudaAttributes = std::map<std::string, ir::Attribute>;
+
+struct CudaOpCase {
+  std::string opType;
+  std::vector<OpInput> inputs;
+  CudaAttributes attributes;
+  int opset = 18;
+  int outputCount = 1;
+  std::string domain;
+  // The route; the host fallback is off unless the route turns it on, so a case proves the op
+  // runs on the GPU.
+  std::string route;
+  std::string expectTactic;  // the op's step must choose this tactic ("" : any)
+  // |actual - expected| <= atol + rtol * |expected|; NaN must match NaN, infinities exactly.
+  double rtol = 1e-5;
+  double atol = 1e-6;
+};
+
+// The tactic the CUDA lowering chose for the case's node ("" if the node became no step).
+inline std::string cudaTacticOf(const CudaBuild& build, const std::string& opType) {
+  for (const auto& step : build.plan.steps()) {
+    if (step->node->opType == opType) return step->tactic;
+  }
+  return "";
+}
+
+inline void expectCudaMatchesReference(const CudaOpCase& c) {
+  SCOPED_TRACE(c.opType + (c.route.empty() ? "" : " [" + c.route + "]"));
+  auto expected = runSingleOp(c.opType, c.inputs, c.attributes, c.opset, c.outputCount, c.domain);
+  ASSERT_TRUE(expected.isOk()) << expected.status().toString();
+
+  BuilderConfig config;
+  Status routed = config.setBuildRoute("-cuda.host_fallback=off " + c.route);
+  ASSERT_TRUE(routed.isOk()) << routed.toString();
+  auto build = buildCuda(
+      makeSingleOpGraph(c.opType, c.inputs, c.attributes, c.opset, c.outputCount, c.domain),
+      config);
+  ASSERT_TRUE(build.isOk()) << build.status().toString();
+  if (!c.expectTactic.empty()) {
+    EXPECT_EQ(cudaTacticOf(*build, c.opType), c.expectTactic);
+  }
+  if (!cuda::deviceAvailable()) {
+    GTEST_SKIP() << cuda::currentDevice().status().message();
+  }
+
+  std::vector<ir::Tensor> runtime;
+  for (const OpInput& input : c.inputs) {
+    if (!input.constant && !input.tensor.empty()) runtime.push_back(input.tensor);
+  }
+  Status poisoned = build->plan.fillArena(0xFF);
+  ASSERT_TRUE(poisoned.isOk()) << poisoned.toString();
+  auto actual = build->plan.run(runtime);
+  ASSERT_TRUE(actual.isOk()) << actual.status().toString();
+  ASSERT_EQ(actual->size(), expected->size());
+  for (size_t o = 0; o < expected->size(); ++o) {
+    const ir::Tensor& e = (*expected)[o];
+    const ir::Tensor& a = (*actual)[o];
+    ASSERT_EQ(a.dtype(), e.dtype()) << "output " << o;
+    ASSERT_EQ(a.shape(), e.shape()) << "output " << o;
+    int reported = 0;
+    for (int64_t i = 0; i < e.elementCount(); ++i) {
+      const double ev = e.elementAsDouble(i), av = a.elementAsDouble(i);
+      bool ok;
+      if (std::isnan(ev)) {
+        ok = std::isnan(av);
+      } else if (std::isinf(ev)) {
+        ok = av == ev;
+      } else {
+        ok = std::fabs(av - ev) <= c.atol + c.rtol * std::fabs(ev);
+      }
+      if (!ok && reported++ < 5) {
+        ADD_FAILURE() << "output " << o << " element " << i << ": got " << av << ", expected "
+                      << ev;
+      }
+    }
+    if (reported > 5) ADD_FAILURE() << "output " << o << ": " << reported << " elements differ";
+  }
+}
+
+}  // namespace kiln::testing
