@@ -110,6 +110,87 @@ KILN_KNOB_EFFECT({
     .expectBuildError = "no kernel for 'Einsum' (and cuda.host_fallback is off)",
 });
 
+
+// x [8,16] -> MatMul(w) -> Softmax -> MatMul(w2): the products and the normalisation precision
+// knobs act on.
+ir::Graph productSoftmaxProduct() {
+  GraphSketch g;
+  auto m = g.node("MatMul", {g.input("x", {8, 16}), g.weight("w", {16, 32})}, {}, "mm1");
+  auto p = g.node("Softmax", {m}, {{"axis", ir::Attribute{int64_t{-1}}}}, "softmax");
+  g.output(g.node("MatMul", {p, g.weight("w2", {32, 4})}, {}, "mm2"));
+  return g.take();
+}
+
+KILN_KNOB_EFFECT({
+    .knob = "cuda.precision",
+    .value = "fp16",
+    .shows = "the MatMuls run in fp16 (weights converted at build time) with casts at the region's "
+             "edges; the Softmax stays fp32 (cuda.precision.norm_fp32)",
+    .backend = "cuda",
+    .graph = productSoftmaxProduct,
+    .baseRoute = "-fusion.attention=off",
+    .tolerance = 2e-2,
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.layer("mm1").precision, "fp32");
+          EXPECT_EQ(changed.layer("mm1").precision, "fp16");
+          EXPECT_EQ(changed.layer("mm2").precision, "fp16");
+          EXPECT_EQ(changed.layer("softmax").precision, "fp32");
+          EXPECT_FALSE(base.hasOp("Cast"));
+          // x in, mm1 out, softmax out back in, mm2 out: four casts.
+          EXPECT_EQ(changed.layersOf("Cast").size(), 4u);
+        },
+});
+
+KILN_KNOB_EFFECT({
+    .knob = "cuda.precision",
+    .value = "bf16",
+    .shows = "the MatMuls run in bfloat16, with casts at the region's edges",
+    .backend = "cuda",
+    .graph = productSoftmaxProduct,
+    .baseRoute = "-fusion.attention=off",
+    .tolerance = 5e-2,
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.layer("mm2").precision, "fp32");
+          EXPECT_EQ(changed.layer("mm1").precision, "bf16");
+          EXPECT_EQ(changed.layer("mm2").precision, "bf16");
+        },
+});
+
+KILN_KNOB_EFFECT({
+    .knob = "cuda.precision",
+    .value = "tf32",
+    .shows = "the MatMuls may use TF32 tensor cores; no types change and no casts appear",
+    .backend = "cuda",
+    .graph = productSoftmaxProduct,
+    .baseRoute = "-fusion.attention=off",
+    .tolerance = 1e-2,
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.layer("mm1").precision, "fp32");
+          EXPECT_EQ(changed.layer("mm1").precision, "tf32");
+          EXPECT_EQ(changed.layer("softmax").precision, "fp32");
+          EXPECT_FALSE(changed.hasOp("Cast"));
+        },
+});
+
+KILN_KNOB_EFFECT({
+    .knob = "cuda.precision.norm_fp32",
+    .value = "off",
+    .shows = "under fp16 the Softmax runs in fp16 too, and the two casts around it go",
+    .backend = "cuda",
+    .graph = productSoftmaxProduct,
+    .baseRoute = "-fusion.attention=off -cuda.precision=fp16",
+    .tolerance = 2e-2,
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.layer("softmax").precision, "fp32");
+          EXPECT_EQ(changed.layer("softmax").precision, "fp16");
+          EXPECT_EQ(changed.layersOf("Cast").size(), 2u);
+        },
+});
+
 }  // namespace
 }  // namespace kiln::testing
 #endif

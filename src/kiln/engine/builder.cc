@@ -1,6 +1,11 @@
 // Building: passes, then lowering.
 #include "kiln/engine/builder.h"
 
+#include <chrono>
+
+#if KILN_HAVE_CUDA
+#include "kiln/backends/cuda/precision.h"
+#endif
 #include "kiln/ir/shape_inference.h"
 #include "kiln/knobs/listing.h"
 #include "kiln/reference/executor.h"
@@ -35,6 +40,14 @@ Result<CpuBuild> buildCpu(ir::Graph graph, const BuilderConfig& config) {
 #if KILN_HAVE_CUDA
 Result<CudaBuild> buildCuda(ir::Graph graph, const BuilderConfig& config) {
   KILN_ASSIGN_OR_RETURN(std::vector<passes::PassRecord> records, optimise(graph, config));
+  // The CUDA backend's precision step (fp16/bf16 regions and the casts between them), recorded
+  // beside the passes so --dump-ir and the build log show it.
+  passes::PassRecord precision{.name = "cuda.assign_precision", .enabled = true};
+  const auto started = std::chrono::steady_clock::now();
+  KILN_ASSIGN_OR_RETURN(precision.changes, cuda::assignPrecision(graph, config.route()));
+  precision.milliseconds =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  records.push_back(std::move(precision));
   auto shared = std::make_shared<const ir::Graph>(std::move(graph));
   KILN_ASSIGN_OR_RETURN(cuda::Plan plan, cuda::lowerToCuda(shared, config.route()));
   return CudaBuild{std::move(plan), std::move(records)};

@@ -9,6 +9,7 @@
 #include "kiln/backends/buffer_assignment.h"
 #include "kiln/backends/cuda/kernels/steps.h"
 #include "kiln/backends/cuda/plan.h"
+#include "kiln/backends/cuda/precision.h"
 
 namespace kiln::cuda {
 
@@ -108,6 +109,20 @@ int inPlaceInput(const Step& step) {
 
 constexpr int64_t kWeightAlignment = 256;
 
+// The precision a step records: the reduced type its float outputs have (assignPrecision made
+// them so), tf32 where the route allows TF32 products, else fp32.
+std::string precisionOf(const ir::Node& node, const knobs::Route& route) {
+  for (const ir::Value* output : node.outputs) {
+    if (!output) continue;
+    if (output->dtype == ir::DType::kFloat16) return "fp16";
+    if (output->dtype == ir::DType::kBFloat16) return "bf16";
+  }
+  static const std::set<std::string> kProducts = {"Conv",      "Gemm",     "MatMul",
+                                                 "FusedConv", "NhwcConv", "FusedGemm",
+                                                 "Attention"};
+  return kProducts.count(node.opType) && allowsTf32(node, route) ? "tf32" : "fp32";
+}
+
 }  // namespace
 
 int registerStepFactory(int rank, std::string name, StepFactory factory) {
@@ -149,6 +164,7 @@ Result<Plan> lowerToCuda(std::shared_ptr<const ir::Graph> graph, const knobs::Ro
                                       : " (and cuda.host_fallback is off)");
     }
     step->node = &node;
+    step->precision = precisionOf(node, route);
     requests.steps.push_back(&node);
     const int input = inPlaceInput(*step);
     requests.inPlaceInputs.push_back(
