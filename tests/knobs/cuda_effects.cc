@@ -103,13 +103,12 @@ KILN_KNOB_EFFECT({
           GraphSketch g;
           auto a = g.input("a", {3, 5});
           auto b = g.input("b", {5, 2});
-          g.output(g.node("Einsum", {a, b},
-                          {{"equation", ir::Attribute{std::string("ij,jk->ik")}}}, "product"));
+          g.output(g.node("Einsum", {a, b}, {{"equation", ir::Attribute{std::string("ij,jk->ik")}}},
+                          "product"));
           return g.take();
         },
     .expectBuildError = "no kernel for 'Einsum' (and cuda.host_fallback is off)",
 });
-
 
 // x [8,16] -> MatMul(w) -> Softmax -> MatMul(w2): the products and the normalisation precision
 // knobs act on.
@@ -188,6 +187,36 @@ KILN_KNOB_EFFECT({
           EXPECT_EQ(base.layer("softmax").precision, "fp32");
           EXPECT_EQ(changed.layer("softmax").precision, "fp16");
           EXPECT_EQ(changed.layersOf("Cast").size(), 2u);
+        },
+});
+
+KILN_KNOB_EFFECT({
+    .knob = "graph.layout",
+    .value = "nhwc",
+    .shows = "on the GPU, the Conv -> Relu -> MaxPool chain runs channels-last (cuDNN's NHWC "
+             "convolution, kiln's NHWC pool) with transposes only at its edges",
+    .backend = "cuda",
+    .graph =
+        [] {
+          GraphSketch g;
+          auto c = g.node(
+              "Conv",
+              {g.input("x", {1, 8, 12, 12}), g.weight("w", {16, 8, 3, 3}), g.weight("b", {16})},
+              {{"pads", ir::Attribute{std::vector<int64_t>{1, 1, 1, 1}}}}, "conv");
+          auto r = g.node("Relu", {c}, {}, "relu");
+          g.output(g.node("MaxPool", {r},
+                          {{"kernel_shape", ir::Attribute{std::vector<int64_t>{2, 2}}},
+                           {"strides", ir::Attribute{std::vector<int64_t>{2, 2}}}},
+                          "pool"));
+          return g.take();
+        },
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_TRUE(base.hasOp("kiln.FusedConv"));
+          ASSERT_TRUE(changed.hasOp("kiln.NhwcConv"));
+          EXPECT_EQ(changed.layersOf("kiln.NhwcConv")[0]->layout, "nhwc");
+          EXPECT_TRUE(changed.hasOp("kiln.NhwcMaxPool"));
+          EXPECT_EQ(changed.layersOf("Transpose").size(), 2u);
         },
 });
 

@@ -37,7 +37,7 @@ const knobs::Knob kLayout = knobs::declareKnob({
     .help = "layout of 4-D float32 convolutions and pools: ONNX's NCHW, or NHWC (channels last; "
             "elementwise ops and channel Concats between them follow, transposes only at the "
             "edges)",
-    .backends = {"cpu"},
+    .backends = {"cpu", "cuda"},
     .perNode = true,
 });
 

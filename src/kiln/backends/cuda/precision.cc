@@ -118,9 +118,12 @@ const std::map<std::string, std::set<size_t>>& reducedOps() {
 
 // Normalisations and softmax: reduced only when cuda.precision.norm_fp32 is off.
 const std::set<std::string>& normOps() {
-  static const std::set<std::string> ops = {
-      "LayerNormalization", "BatchNormalization", "InstanceNormalization",
-      "GroupNormalization", "Softmax",            "LogSoftmax"};
+  static const std::set<std::string> ops = {"LayerNormalization",
+                                            "BatchNormalization",
+                                            "InstanceNormalization",
+                                            "GroupNormalization",
+                                            "Softmax",
+                                            "LogSoftmax"};
   return ops;
 }
 
@@ -207,10 +210,9 @@ Result<std::vector<std::string>> assignPrecision(ir::Graph& graph, const knobs::
       ir::Node* cast = graph.insertNode("Cast", reader);
       cast->name = twin->name + "_cast";
       cast->opsetVersion = 19;
-      cast->attributes["to"] = ir::Attribute{
-          type == ir::DType::kFloat16 ? kOnnxFloat16
-          : type == ir::DType::kBFloat16 ? kOnnxBFloat16
-                                          : kOnnxFloat};
+      cast->attributes["to"] = ir::Attribute{type == ir::DType::kFloat16    ? kOnnxFloat16
+                                             : type == ir::DType::kBFloat16 ? kOnnxBFloat16
+                                                                            : kOnnxFloat};
       cast->inputs = {value};
       cast->outputs = {twin};
       twin->producer = cast;

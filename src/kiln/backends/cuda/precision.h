@@ -29,8 +29,8 @@
 
 namespace kiln::cuda {
 
-extern const knobs::Knob kPrecision;      // cuda.precision: fp32|tf32|fp16|bf16
-extern const knobs::Knob kNormInFp32;     // cuda.precision.norm_fp32: on|off
+extern const knobs::Knob kPrecision;   // cuda.precision: fp32|tf32|fp16|bf16
+extern const knobs::Knob kNormInFp32;  // cuda.precision.norm_fp32: on|off
 
 // The reduced type cuda.precision gives `node` (kFloat16 or kBFloat16), or nothing when the node
 // stays in float32 (fp32 or tf32, an op without reduced-precision kernels, or a normalisation
