@@ -211,6 +211,13 @@ Status fuseConvActivation(ir::Graph& graph, PassContext& context) {
   std::vector<const ir::Node*> replaced;
   std::vector<std::pair<ir::Node*, std::string>> names;
   for (ConvChain& chain : chains) {
+    // Two Convs can match the same residual Add (ResNet's downsample branch: Add(conv3,
+    // downsample)); the first in node order takes it, and the other stays as it is.
+    bool taken = false;
+    for (const ir::Node* node : {chain.biasAdd, chain.residualAdd, chain.activation}) {
+      taken |= node && std::find(replaced.begin(), replaced.end(), node) != replaced.end();
+    }
+    if (taken) continue;
     ir::Node& conv = *chain.conv;
     // Just before the chain's last node: X precedes the Conv and the residual precedes its Add.
     ir::Node* fused = graph.insertNode("FusedConv", chain.last);
