@@ -10,6 +10,8 @@ this module on machines without torch.
 
 from __future__ import annotations
 
+import datetime
+import hashlib
 import json
 import math
 import os
@@ -21,6 +23,7 @@ from typing import Callable
 
 MODEL_SEED = 0  # torch.manual_seed before building: the weights
 INPUT_SEED = 1234  # a generator of its own for the inputs, so they do not depend on the model
+CALIBRATION_SEED = 4321  # the images that set BatchNorm statistics (see _calibrate_batchnorm)
 
 
 @dataclass(frozen=True)
@@ -79,15 +82,43 @@ def _eval(module):
     return module
 
 
-def _torchvision(name: str, **kwargs) -> Callable[[], object]:
-    """A torchvision classifier with random weights (weights=None: nothing is downloaded)."""
+def _calibrate_batchnorm(model, batch: int, size: int):
+    """Sets every BatchNorm's running statistics to its batch statistics on seeded N(0, 1) images,
+    as training would leave them (one pass, the BatchNorms alone in training mode, so dropout and
+    stochastic depth stay off).
+
+    With the initial statistics (mean 0, variance 1) the activations of a random-weight CNN shrink
+    layer after layer: MobileNetV3-Large's outputs come out near 1e-9 and EfficientNet-B0's near
+    1e-14, zero in fp16, so no fp16 accuracy could be judged and fp16 kernels would be timed on
+    zeros. Calibrated, every BatchNorm's output has unit scale."""
+    import torch
+
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    generator = torch.Generator().manual_seed(CALIBRATION_SEED)
+    images = torch.randn(batch, 3, size, size, generator=generator)
+    momenta = [norm.momentum for norm in norms]
+    for norm in norms:
+        norm.reset_running_stats()
+        norm.momentum = None  # a cumulative average: after one batch, that batch's statistics
+        norm.train()
+    with torch.no_grad():
+        model(images)
+    for norm, momentum in zip(norms, momenta):
+        norm.momentum = momentum
+    return model.eval()
+
+
+def _torchvision(name: str, calibrate: bool = False) -> Callable[[], object]:
+    """A torchvision classifier with random weights (weights=None: nothing is downloaded);
+    calibrate: BatchNorm statistics from _calibrate_batchnorm."""
 
     def build():
         import torch
         import torchvision
 
         torch.manual_seed(MODEL_SEED)
-        return _eval(getattr(torchvision.models, name)(weights=None, **kwargs))
+        model = _eval(getattr(torchvision.models, name)(weights=None))
+        return _calibrate_batchnorm(model, 8, 224) if calibrate else model
 
     return build
 
@@ -132,7 +163,8 @@ def _deeplabv3():
     model = torchvision.models.segmentation.deeplabv3_resnet50(
         weights=None, weights_backbone=None, aux_loss=False
     )
-    return _eval(SegmentationOut(model))
+    # Batch 2: the ASPP pooling branch's BatchNorm sees one value per channel and image.
+    return _calibrate_batchnorm(_eval(SegmentationOut(model)), 2, 520)
 
 
 def _bert_base():
@@ -174,25 +206,28 @@ def _gpt2():
     return _eval(Gpt2LastHidden(transformers.GPT2Model(config)))
 
 
+BN_NOTE = "BatchNorm statistics calibrated on seeded images (random-weight activations vanish)"
 BERT_VOCAB = 30522  # BertConfig().vocab_size
 GPT2_VOCAB = 50257  # GPT2Config().vocab_size
 
 WORKLOADS: tuple[Workload, ...] = (
-    Workload("resnet50_b1", "resnet50 b1", _torchvision("resnet50"), _image(1),
-             ("input",), "output", channels_last=True),
-    Workload("resnet50_b32", "resnet50 b32", _torchvision("resnet50"), _image(32),
-             ("input",), "output", channels_last=True),
-    Workload("mobilenet_v3_large_b1", "mobilenet_v3_large b1", _torchvision("mobilenet_v3_large"),
-             _image(1), ("input",), "output", channels_last=True),
-    Workload("efficientnet_b0_b8", "efficientnet_b0 b8", _torchvision("efficientnet_b0"),
-             _image(8), ("input",), "output", channels_last=True),
+    Workload("resnet50_b1", "resnet50 b1", _torchvision("resnet50", calibrate=True), _image(1),
+             ("input",), "output", channels_last=True, note=BN_NOTE),
+    Workload("resnet50_b32", "resnet50 b32", _torchvision("resnet50", calibrate=True),
+             _image(32), ("input",), "output", channels_last=True, note=BN_NOTE),
+    Workload("mobilenet_v3_large_b1", "mobilenet_v3_large b1",
+             _torchvision("mobilenet_v3_large", calibrate=True), _image(1), ("input",), "output",
+             channels_last=True, note=BN_NOTE),
+    Workload("efficientnet_b0_b8", "efficientnet_b0 b8",
+             _torchvision("efficientnet_b0", calibrate=True), _image(8), ("input",), "output",
+             channels_last=True, note=BN_NOTE),
     Workload("convnext_tiny_b8", "convnext_tiny b8", _torchvision("convnext_tiny"), _image(8),
              ("input",), "output", channels_last=True),
     Workload("vit_b_16_b8", "vit_b_16 b8", _vit_b_16, _image(8), ("input",), "output",
              note="classifier head re-initialised (torchvision zero-initialises it)"),
     Workload("swin_t_b8", "swin_t b8", _torchvision("swin_t"), _image(8), ("input",), "output"),
     Workload("deeplabv3_resnet50_b1", "deeplabv3_resnet50 b1 (520²)", _deeplabv3, _image(1, 520),
-             ("input",), "out", channels_last=True),
+             ("input",), "out", channels_last=True, note=BN_NOTE),
     Workload("bert_base_b8_s128", "bert_base b8 s128", _bert_base,
              _token_ids(8, 128, BERT_VOCAB, with_mask=True), ("input_ids", "attention_mask"),
              "last_hidden_state"),
@@ -311,12 +346,20 @@ def read_json(path: str | os.PathLike, default=None):
         return default
 
 
+def _readable(fd: int) -> None:
+    """Gives a temporary file (mkstemp makes it 0600) the mode a plain open() would."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.fchmod(fd, 0o666 & ~mask)
+
+
 def write_json(path: str | os.PathLike, data) -> None:
     """Writes `data` as indented JSON through a temporary file and a rename, so a run killed
     mid-write (the device tool's time limit) never leaves half a file for the next run."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    _readable(fd)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(data, f, indent=1, allow_nan=False)
         f.write("\n")
@@ -329,6 +372,7 @@ def save_npz(path: str | os.PathLike, arrays: dict) -> None:
 
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    _readable(fd)
     with os.fdopen(fd, "wb") as f:
         np.savez(f, **{name: np.ascontiguousarray(a) for name, a in arrays.items()})
     os.replace(tmp, path)
@@ -340,3 +384,39 @@ def load_npz(path: str | os.PathLike) -> dict:
 
     with np.load(path, allow_pickle=False) as data:
         return {name: data[name] for name in data.files}
+
+
+def utc_now() -> str:
+    """The current time in UTC, ISO 8601 to the second ("2026-12-03T10:04:05Z")."""
+    now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    return now.isoformat().replace("+00:00", "Z")
+
+
+def describe_error(error: BaseException, limit: int = 300) -> str:
+    """One line for a report cell: the exception's type and the first non-empty line of its
+    message, cut at `limit` characters."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    text = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def source_digest() -> str:
+    """The first 12 hex digits of this file's SHA-256: exports made from other workload
+    definitions (weights, inputs, names) are not reused."""
+    with open(__file__, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:12]
+
+
+def update_results(path: str | os.PathLike, kind: str, workload: str, entry: dict,
+                   environment: dict, settings: dict) -> None:
+    """Stores one workload's results in the `kind` ("peers" or "kiln") JSON file at `path`,
+    keeping the other workloads already there, so that the file is complete after every workload
+    and a run cut short by the time limit still reports what it measured."""
+    data = read_json(path)
+    if not isinstance(data, dict) or data.get("kind") != kind:
+        data = {"kind": kind, "schema": 1, "workloads": {}}
+    data["date"] = utc_now()
+    data["environment"] = environment
+    data["settings"] = settings
+    data["workloads"][workload] = entry
+    write_json(path, data)
