@@ -95,7 +95,11 @@ std::vector<ConvShape> convShapes() {
        {2, 3, 2, 3},
        {{"kernel_shape", intsAttr({2, 3})}, {"pads", intsAttr({1, 1, 1, 1})}}},
       {"1x1_size1_dims", {1, 5, 1, 1}, {3, 5, 1, 1}, {}},
-      {"asymmetric_pads", {1, 3, 8, 9}, {4, 3, 3, 3}, {{"pads", intsAttr({0, 1, 1, 2})}}, true,
+      {"asymmetric_pads",
+       {1, 3, 8, 9},
+       {4, 3, 3, 3},
+       {{"pads", intsAttr({0, 1, 1, 2})}},
+       true,
        false},
       {"same_upper_stride1", {2, 3, 7, 8}, {4, 3, 3, 3}, {{"auto_pad", stringAttr("SAME_UPPER")}}},
       // Stride 2 over an even extent: one pad in total per axis, at the end (upper) or start.
@@ -213,7 +217,9 @@ std::vector<Activation> activationList() {
   return {
       {"Relu", {}, true},
       {"LeakyRelu", {{"activation_alpha", floatAttr(0.1f)}}, true},
-      {"Clip", {{"activation_alpha", floatAttr(-0.5f)}, {"activation_beta", floatAttr(0.7f)}}, true},
+      {"Clip",
+       {{"activation_alpha", floatAttr(-0.5f)}, {"activation_beta", floatAttr(0.7f)}},
+       true},
       // An unbounded side has no RELU_FWD clip: kiln's epilogue kernel clips.
       {"Clip", {{"activation_beta", floatAttr(0.6f)}}, false},
       {"Sigmoid", {}, true},
@@ -269,9 +275,8 @@ TEST(CudaFusedConv, EveryActivationWithAndWithoutResidual) {
 TEST(CudaFusedConv, ResidualWithoutBiasOrActivation) {
   for (const char* source : {"cudnn", "native"}) {
     SCOPED_TRACE(source);
-    CudaOpCase c{.opType = "FusedConv",
-                 .attributes = {{"group", intAttr(4)}},
-                 .domain = ir::kKilnDomain};
+    CudaOpCase c{
+        .opType = "FusedConv", .attributes = {{"group", intAttr(4)}}, .domain = ir::kKilnDomain};
     c.inputs = {activations({1, 4, 7, 5}, 600), constantWeights({4, 1, 3, 3}, 601), OpInput{},
                 activations({1, 4, 5, 3}, 602)};
     c.route = std::string("-cuda.conv.source=") + source;
@@ -325,7 +330,12 @@ std::vector<NhwcShape> nhwcShapes() {
        {3, 3, 2, 6},
        {2, 6, 5, 6},
        {{"group", intAttr(2)}, {"dilations", intsAttr({2, 2})}}},
-      {"asymmetric", {1, 6, 6, 3}, {3, 3, 3, 2}, {1, 6, 5, 2}, {{"pads", intsAttr({1, 0, 1, 0})}},
+      // pads [h_begin, w_begin, h_end, w_end]: H padded 1 + 1, W only at the end.
+      {"asymmetric",
+       {1, 6, 6, 3},
+       {3, 3, 3, 2},
+       {1, 6, 5, 2},
+       {{"pads", intsAttr({1, 0, 1, 1})}},
        false},
   };
 }
@@ -354,9 +364,8 @@ TEST(CudaNhwcConv, MatchesReferenceFromEachSource) {
         // The NHWC layout is what the step records.
         BuilderConfig config;
         ASSERT_TRUE(config.setBuildRoute(c.route).isOk());
-        auto build = buildCuda(makeSingleOpGraph(c.opType, c.inputs, c.attributes, c.opset, 1,
-                                                 c.domain),
-                               config);
+        auto build = buildCuda(
+            makeSingleOpGraph(c.opType, c.inputs, c.attributes, c.opset, 1, c.domain), config);
         ASSERT_TRUE(build.isOk()) << build.status().toString();
         ASSERT_EQ(build->plan.steps().size(), 1u);
         EXPECT_EQ(build->plan.steps()[0]->layout, "nhwc");
@@ -389,17 +398,16 @@ TEST(CudaConv, Float16AndConvTransposeAreNotTaken) {
   ASSERT_TRUE(config.setBuildRoute("").isOk());
   const ir::Tensor half =
       ir::Tensor(ir::DType::kFloat16, Shape{1, 2, 4, 4});  // zeros are enough for lowering
-  auto build = buildCuda(makeSingleOpGraph("Conv",
-                                           {{half, false},
-                                            {ir::Tensor(ir::DType::kFloat16, Shape{3, 2, 3, 3}),
-                                             true}}),
-                         config);
+  auto build = buildCuda(
+      makeSingleOpGraph(
+          "Conv", {{half, false}, {ir::Tensor(ir::DType::kFloat16, Shape{3, 2, 3, 3}), true}}),
+      config);
   ASSERT_TRUE(build.isOk()) << build.status().toString();
   EXPECT_EQ(cudaTacticOf(*build, "Conv"), "host.reference");
 
   auto transpose = buildCuda(
-      makeSingleOpGraph("ConvTranspose", {activations({1, 2, 4, 4}, 900),
-                                          constantWeights({2, 3, 3, 3}, 901)}),
+      makeSingleOpGraph("ConvTranspose",
+                        {activations({1, 2, 4, 4}, 900), constantWeights({2, 3, 3, 3}, 901)}),
       config);
   ASSERT_TRUE(transpose.isOk()) << transpose.status().toString();
   EXPECT_NE(cudaTacticOf(*transpose, "ConvTranspose").rfind("cudnn", 0), 0u);
@@ -417,8 +425,8 @@ TEST(CudaConv, KnobsApplyPerNode) {
   BuilderConfig config;
   ASSERT_TRUE(config.setBuildRoute(c.route).isOk());
   // A selector that matches no node is the route's error, not a silent default.
-  auto build = buildCuda(
-      makeSingleOpGraph(c.opType, c.inputs, c.attributes, c.opset, 1, c.domain), config);
+  auto build =
+      buildCuda(makeSingleOpGraph(c.opType, c.inputs, c.attributes, c.opset, 1, c.domain), config);
   EXPECT_FALSE(build.isOk());
 }
 

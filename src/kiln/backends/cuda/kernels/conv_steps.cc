@@ -948,6 +948,9 @@ class ConvStep final : public Step {
           CudnnDescriptor pack,
           variantPack(graph_.uids, pointers, plans[i].workspace > 0 ? workspace.data() : nullptr));
       if (cudnnBackendExecute(c.cudnn, plans[i].plan.get(), pack.get()) != CUDNN_STATUS_SUCCESS) {
+        // A failed launch leaves its error for the next cudaGetLastError, which would blame
+        // another step's kernel: clear it here.
+        cudaGetLastError();
         continue;
       }
       KILN_CUDA_CHECK(cudaEventRecord(start.get(), c.stream));
@@ -957,7 +960,10 @@ class ConvStep final : public Step {
       }
       KILN_CUDA_CHECK(cudaEventRecord(stop.get(), c.stream));
       KILN_CUDA_CHECK(cudaEventSynchronize(stop.get()));
-      if (!ran) continue;
+      if (!ran) {
+        cudaGetLastError();
+        continue;
+      }
       KILN_ASSIGN_OR_RETURN(double ms, elapsedMs(start, stop));
       if (ms < bestMs) {
         bestMs = ms;

@@ -1,0 +1,234 @@
+// The CUDA pooling steps (kernels/pool_steps.cc) against the reference executor: MaxPool and
+// AveragePool over 1 to 3 spatial axes with strides, pads, dilations, auto_pad and ceil_mode,
+// count_include_pad both ways, the global pools, and kiln's NHWC forms of each.
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "kiln/ir/op_schema.h"
+
+namespace kiln::testing {
+namespace {
+
+using ir::DType;
+using ir::Shape;
+using ir::Tensor;
+
+OpInput runtime(Tensor tensor) { return {std::move(tensor), false}; }
+
+Tensor uniform(Shape shape, unsigned seed) { return uniformTensor(std::move(shape), seed, -2, 2); }
+
+// Max is exact; averages sum in float on the GPU and in double in the reference.
+CudaOpCase poolCase(std::string op, Tensor x, CudaAttributes attributes, std::string tactic,
+                    int opset = 18, std::string domain = "") {
+  CudaOpCase c;
+  c.opType = std::move(op);
+  c.inputs = {runtime(std::move(x))};
+  c.attributes = std::move(attributes);
+  c.opset = opset;
+  c.domain = std::move(domain);
+  c.expectTactic = std::move(tactic);
+  const bool max = c.opType.find("Max") != std::string::npos;
+  c.rtol = max ? 0 : 1e-5;
+  c.atol = max ? 0 : 1e-6;
+  return c;
+}
+
+// A windowed pool's geometry, as MaxPool and AveragePool both take it.
+struct Window {
+  std::string name;
+  Shape x;
+  CudaAttributes attributes;
+};
+
+std::vector<Window> windows() {
+  return {
+      {"3x3_stride2_pads",
+       {2, 3, 9, 11},
+       {{"kernel_shape", intsAttr({3, 3})},
+        {"strides", intsAttr({2, 2})},
+        {"pads", intsAttr({1, 1, 1, 1})}}},
+      {"2x2_stride2",
+       {1, 4, 8, 6},
+       {{"kernel_shape", intsAttr({2, 2})}, {"strides", intsAttr({2, 2})}}},
+      {"asymmetric_pads",
+       {1, 2, 7, 8},
+       {{"kernel_shape", intsAttr({3, 2})}, {"pads", intsAttr({0, 1, 2, 1})}}},
+      // The last window of each axis starts inside the input but reaches past the padding.
+      {"ceil_mode",
+       {1, 2, 8, 9},
+       {{"kernel_shape", intsAttr({3, 3})},
+        {"strides", intsAttr({2, 2})},
+        {"pads", intsAttr({1, 0, 0, 1})},
+        {"ceil_mode", intAttr(1)}}},
+      {"dilated",
+       {1, 3, 11, 10},
+       {{"kernel_shape", intsAttr({2, 3})},
+        {"dilations", intsAttr({3, 2})},
+        {"pads", intsAttr({1, 1, 1, 1})}}},
+      {"same_upper",
+       {2, 2, 7, 10},
+       {{"kernel_shape", intsAttr({3, 4})},
+        {"strides", intsAttr({2, 3})},
+        {"auto_pad", stringAttr("SAME_UPPER")}}},
+      {"same_lower",
+       {2, 2, 7, 10},
+       {{"kernel_shape", intsAttr({3, 4})},
+        {"strides", intsAttr({2, 3})},
+        {"auto_pad", stringAttr("SAME_LOWER")}}},
+      {"valid",
+       {1, 2, 6, 7},
+       {{"kernel_shape", intsAttr({2, 3})}, {"auto_pad", stringAttr("VALID")}}},
+      {"1d",
+       {2, 3, 15},
+       {{"kernel_shape", intsAttr({4})}, {"strides", intsAttr({3})}, {"pads", intsAttr({1, 2})}}},
+      {"3d",
+       {1, 2, 5, 6, 7},
+       {{"kernel_shape", intsAttr({2, 2, 3})},
+        {"strides", intsAttr({2, 1, 2})},
+        {"pads", intsAttr({0, 1, 1, 1, 0, 1})}}},
+      {"3d_ceil_mode",
+       {1, 1, 6, 5, 7},
+       {{"kernel_shape", intsAttr({3, 2, 2})},
+        {"strides", intsAttr({2, 2, 2})},
+        {"ceil_mode", intAttr(1)}}},
+      {"global_sized_window", {2, 3, 4, 5}, {{"kernel_shape", intsAttr({4, 5})}}},
+  };
+}
+
+TEST(CudaPool, MaxPoolEveryWindow) {
+  unsigned seed = 1;
+  for (const Window& w : windows()) {
+    SCOPED_TRACE(w.name);
+    expectCudaMatchesReference(
+        poolCase("MaxPool", uniform(w.x, seed++), w.attributes, "kiln.pool"));
+  }
+}
+
+TEST(CudaPool, AveragePoolEveryWindowBothPadCounts) {
+  unsigned seed = 100;
+  for (const Window& w : windows()) {
+    if (w.attributes.count("dilations")) continue;  // from opset 19, below
+    for (int64_t include : {0, 1}) {
+      SCOPED_TRACE(w.name + " count_include_pad " + std::to_string(include));
+      CudaAttributes attributes = w.attributes;
+      attributes["count_include_pad"] = intAttr(include);
+      expectCudaMatchesReference(
+          poolCase("AveragePool", uniform(w.x, seed++), attributes, "kiln.pool"));
+    }
+  }
+}
+
+TEST(CudaPool, AveragePoolDilationsFromOpset19) {
+  for (int64_t include : {0, 1}) {
+    SCOPED_TRACE("count_include_pad " + std::to_string(include));
+    expectCudaMatchesReference(poolCase("AveragePool", uniform({1, 3, 11, 10}, 200),
+                                        {{"kernel_shape", intsAttr({2, 3})},
+                                         {"dilations", intsAttr({3, 2})},
+                                         {"pads", intsAttr({1, 2, 1, 1})},
+                                         {"count_include_pad", intAttr(include)}},
+                                        "kiln.pool", 19));
+  }
+}
+
+// NaN loses to any number in a window (a window of NaN only gives NaN); infinities are numbers.
+TEST(CudaPool, MaxPoolNaNLosesToNumbers) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  Tensor x = uniform({1, 1, 6, 6}, 300);
+  auto values = x.mutableData<float>();
+  values[0] = nan;  // the first tap of the first window
+  values[1] = nan;
+  for (int64_t i : {14, 15, 20, 21}) values[static_cast<size_t>(i)] = nan;  // a whole window
+  values[27] = -inf;
+  values[33] = inf;
+  expectCudaMatchesReference(
+      poolCase("MaxPool", x, {{"kernel_shape", intsAttr({2, 2})}, {"strides", intsAttr({2, 2})}},
+               "kiln.pool"));
+  expectCudaMatchesReference(
+      poolCase("MaxPool", x, {{"kernel_shape", intsAttr({3, 3})}, {"pads", intsAttr({1, 1, 1, 1})}},
+               "kiln.pool"));
+}
+
+// MaxPool's Indices output is the host's, and so is integer MaxPool.
+TEST(CudaPool, MaxPoolIndicesAndIntegersAreNotTaken) {
+  BuilderConfig config;
+  ASSERT_TRUE(config.setBuildRoute("").isOk());
+  const CudaAttributes attributes = {{"kernel_shape", intsAttr({2, 2})}};
+  auto indices = buildCuda(
+      makeSingleOpGraph("MaxPool", {runtime(uniform({1, 2, 4, 4}, 310))}, attributes, 18, 2),
+      config);
+  ASSERT_TRUE(indices.isOk()) << indices.status().toString();
+  EXPECT_EQ(cudaTacticOf(*indices, "MaxPool"), "host.reference");
+  auto int8 = buildCuda(
+      makeSingleOpGraph("MaxPool", {runtime(uniform({1, 2, 4, 4}, 311).castTo(DType::kInt8))},
+                        attributes),
+      config);
+  ASSERT_TRUE(int8.isOk()) << int8.status().toString();
+  EXPECT_EQ(cudaTacticOf(*int8, "MaxPool"), "host.reference");
+}
+
+// --- Global pools ------------------------------------------------------------------------------
+
+TEST(CudaPool, GlobalPoolsOverAnySpatialRank) {
+  // The last is a plane of 2000 elements: several passes of the block's 256 threads.
+  const std::vector<Shape> shapes = {
+      {2, 3, 7, 9}, {2, 3, 5}, {1, 2, 3, 4, 5}, {1, 2, 40, 50}, {3, 1, 1, 1}};
+  unsigned seed = 400;
+  for (const char* op : {"GlobalAveragePool", "GlobalMaxPool"}) {
+    for (const Shape& shape : shapes) {
+      SCOPED_TRACE(std::string(op) + " " + shape.toString());
+      expectCudaMatchesReference(poolCase(op, uniform(shape, seed++), {}, "kiln.global_pool"));
+    }
+  }
+}
+
+// --- kiln's NHWC pools -------------------------------------------------------------------------
+
+struct NhwcCase {
+  std::string op;
+  Shape x;  // [N, H, W, C]
+  CudaAttributes attributes;
+  const char* tactic;
+};
+
+TEST(CudaPool, NhwcPoolsMatchTheReference) {
+  const CudaAttributes window = {{"kernel_shape", intsAttr({3, 3})},
+                                 {"strides", intsAttr({2, 2})},
+                                 {"pads", intsAttr({1, 0, 1, 1})}};
+  CudaAttributes includePad = window;
+  includePad["count_include_pad"] = intAttr(1);
+  CudaAttributes ceil = window;
+  ceil["ceil_mode"] = intAttr(1);
+  const std::vector<NhwcCase> cases = {
+      {"NhwcMaxPool", {2, 9, 11, 3}, window, "kiln.pool"},
+      {"NhwcMaxPool", {1, 8, 9, 16}, ceil, "kiln.pool"},
+      {"NhwcAveragePool", {2, 9, 11, 3}, window, "kiln.pool"},
+      {"NhwcAveragePool", {2, 9, 11, 5}, includePad, "kiln.pool"},
+      {"NhwcAveragePool", {1, 8, 9, 4}, ceil, "kiln.pool"},
+      {"NhwcGlobalAveragePool", {2, 7, 9, 5}, {}, "kiln.global_pool"},
+      {"NhwcGlobalMaxPool", {2, 7, 9, 5}, {}, "kiln.global_pool"},
+      {"NhwcGlobalAveragePool", {1, 30, 40, 3}, {}, "kiln.global_pool"},
+  };
+  unsigned seed = 500;
+  for (const NhwcCase& n : cases) {
+    SCOPED_TRACE(n.op + " " + n.x.toString());
+    CudaOpCase c =
+        poolCase(n.op, uniform(n.x, seed++), n.attributes, n.tactic, 18, ir::kKilnDomain);
+    expectCudaMatchesReference(c);
+    // The step records the layout it reads.
+    BuilderConfig config;
+    ASSERT_TRUE(config.setBuildRoute("-cuda.host_fallback=off").isOk());
+    auto build = buildCuda(
+        makeSingleOpGraph(c.opType, c.inputs, c.attributes, c.opset, 1, c.domain), config);
+    ASSERT_TRUE(build.isOk()) << build.status().toString();
+    ASSERT_EQ(build->plan.steps().size(), 1u);
+    EXPECT_EQ(build->plan.steps()[0]->layout, "nhwc");
+  }
+}
+
+}  // namespace
+}  // namespace kiln::testing

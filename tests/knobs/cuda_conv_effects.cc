@@ -1,0 +1,65 @@
+// Effects of the CUDA convolution knobs (kernels/conv_steps.cc): the kernel source, cuDNN's
+// engine choice and where the epilogue runs. Lowering names the choice in the step's tactic, so
+// the differences show without a GPU; outputs are compared where one is present.
+#if KILN_HAVE_CUDA
+#include <gtest/gtest.h>
+
+#include "graph_sketch.h"
+#include "knob_effects.h"
+
+namespace kiln::testing {
+namespace {
+
+// x [1, 8, 12, 12] -> Conv 3x3 (pads 1) with a bias: one step, "cudnn" by default.
+ir::Graph convWithBias() {
+  GraphSketch g;
+  g.output(g.node("Conv",
+                  {g.input("x", {1, 8, 12, 12}), g.weight("w", {8, 8, 3, 3}), g.weight("b", {8})},
+                  {{"pads", ints({1, 1, 1, 1})}}, "conv"));
+  return g.take();
+}
+
+KILN_KNOB_EFFECT({
+    .knob = "cuda.conv.source",
+    .value = "native",
+    .shows = "the Conv runs kiln's direct kernel instead of a cuDNN engine",
+    .backend = "cuda",
+    .graph = convWithBias,
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.layer("conv").tactic, "cudnn");
+          EXPECT_EQ(changed.layer("conv").tactic, "kiln.conv");
+        },
+});
+
+KILN_KNOB_EFFECT({
+    .knob = "cuda.conv.algo",
+    .value = "timed",
+    .shows = "the cuDNN engine is the fastest of up to eight timed when the plan is prepared, "
+             "not the heuristics' first",
+    .backend = "cuda",
+    .graph = convWithBias,
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.layer("conv").tactic, "cudnn");
+          EXPECT_EQ(changed.layer("conv").tactic, "cudnn.timed");
+        },
+});
+
+KILN_KNOB_EFFECT({
+    .knob = "cuda.conv.epilogue",
+    .value = "separate",
+    .shows = "the bias is added by kiln's epilogue kernel after the bare cuDNN convolution, not "
+             "inside cuDNN's graph",
+    .backend = "cuda",
+    .graph = convWithBias,
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.layer("conv").tactic, "cudnn");
+          EXPECT_EQ(changed.layer("conv").tactic, "cudnn+epilogue");
+        },
+});
+
+}  // namespace
+}  // namespace kiln::testing
+#endif
