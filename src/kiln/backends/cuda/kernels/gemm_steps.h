@@ -18,15 +18,15 @@ namespace kiln::cuda {
 enum class ProductSource { kCublasLt, kNative };
 enum class AlgorithmChoice { kHeuristic, kTimed };
 
-// The knob values (cuda.gemm.source, cuda.gemm.algo, cuda.gemm.epilogue) in force at `node`.
+// The knob values (cuda.gemm.source, cuda.gemm.algo, cuda.gemm.epilogue, and cuda.precision's
+// tf32) in force at `node`.
 struct ProductOptions {
   ProductSource source = ProductSource::kCublasLt;
   AlgorithmChoice algorithm = AlgorithmChoice::kHeuristic;
   bool fuseEpilogue = true;  // bias/Relu in cuBLASLt's epilogue, or in the native kernel's stores
+  bool tf32 = false;  // cuBLASLt may use TF32 tensor cores (cuda.precision=tf32); else fp32 math
 };
 ProductOptions productOptionsFor(const ir::Node& node, const knobs::Route& route);
-// "cublaslt" or "native": the tactic of a step whose products follow `options`.
-const char* productTactic(const ProductOptions& options);
 
 // Row-major C[b] = epilogue(alpha * op(A[b]) · op(B[b])) for b < batch: op(A) [m, k] (A stored
 // [m, k], or [k, m] when transA), op(B) [k, n] (B stored [k, n], or [n, k] when transB), C [m, n]
@@ -39,24 +39,26 @@ struct ProductShape {
   int64_t strideA = 0, strideB = 0, strideC = 0;
 };
 
-// Whether cuBLASLt can take the shape (its sizes, leading dimensions and batch count are int32).
+// Whether cuBLASLt can take the shape: sizes and leading dimensions within int32, k > 0 (an empty
+// sum is kiln's kernel's: it stores the epilogue of zeros).
 bool cublasLtCanTake(const ProductShape& shape);
 
 class MatrixProduct {
  public:
   // `epilogue.bias` is ignored (the pointer comes with prepare and enqueue): `hasBias` says
-  // whether there is one, and `biasIsConstant` whether it is a constant in the weights buffer
-  // (whose address prepare() may bake into cuBLASLt's descriptor). A batched product
-  // (shape.batch > 1) takes no epilogue.
+  // whether there is one. A batched product (shape.batch > 1) takes no epilogue.
   MatrixProduct(const ProductShape& shape, const ProductOptions& options,
-                const GemmEpilogue& epilogue, bool hasBias, bool biasIsConstant);
+                const GemmEpilogue& epilogue, bool hasBias);
   ~MatrixProduct();
   MatrixProduct(const MatrixProduct&) = delete;
   MatrixProduct& operator=(const MatrixProduct&) = delete;
 
   // Device-side preparation. `a`, `b`, `c` are the buffers timing may use (`c` is written); a
-  // null one is replaced by scratch of the right size while timing. `bias` is the device bias
-  // (null without one).
+  // null one is replaced by scratch of the right size while timing (and is assumed 256-byte
+  // aligned, as workspace ranges are). `bias` is the device bias (null without one). When
+  // cuBLASLt has no algorithm for the fused epilogue, the bias and activation move to the
+  // epilogue kernel; when it has none at all, kiln's kernel computes the product (tactic() says
+  // which).
   Status prepare(PrepareContext& context, const float* a, const float* b, float* c,
                  const float* bias);
   // cuBLASLt's workspace for the chosen algorithm (valid after prepare).
@@ -65,26 +67,40 @@ class MatrixProduct {
   Status enqueue(const Context& context, std::byte* workspace, int64_t workspaceBytes,
                  const float* a, const float* b, float* c, const float* bias) const;
 
-  // How the product runs: at lowering, where the epilogue goes; after prepare, cuBLASLt's
-  // algorithm too. For `kiln inspect`-style reports and tests.
+  // "cublaslt", "cublaslt.timed" or "native", with "+epilogue" when kiln's epilogue kernel runs
+  // after the product. Set at lowering; prepare() may change it (see there).
+  std::string tactic() const;
+  // How the product runs: after prepare, cuBLASLt's algorithm too (or why kiln's kernel took
+  // over). For debugging and reports.
   const std::string& detail() const { return detail_; }
   const ProductShape& shape() const { return shape_; }
 
  private:
   struct Lt;  // cuBLASLt's descriptors and algorithm
 
+  // Where the bias goes: kiln's epilogue kernel, cuBLASLt's BIAS epilogue (a vector along the
+  // columns, scale 1), cuBLASLt's C matrix (beta = scale, a full [m, n] matrix), or the native
+  // kernel's stores.
+  enum class BiasPlace { kEpilogueKernel, kLtVector, kLtMatrix, kNativeStores };
+
+  void planFusion(bool useLt);
+  bool epilogueKernelRuns() const;
   // The parts of the epilogue left to the epilogue kernel (after the fused parts are taken).
   GemmEpilogue remainingEpilogue(const float* bias) const;
-  Status chooseAlgorithm(PrepareContext& context, const float* a, const float* b, float* c);
-  Status runLt(const Context& context, std::byte* workspace, int64_t workspaceBytes,
-               const float* a, const float* b, float* c) const;
+  Status prepareLt(PrepareContext& context, const float* a, const float* b, float* c,
+                   const float* bias);
+  Status runLt(const Context& context, std::byte* workspace, int64_t workspaceBytes, const float* a,
+               const float* b, float* c, const float* bias) const;
+  Status runNative(cudaStream_t stream, const float* a, const float* b, float* c,
+                   const float* bias) const;
 
   ProductShape shape_;
   ProductOptions options_;
   GemmEpilogue epilogue_;
   bool hasBias_ = false;
-  bool fuseBias_ = false;  // in cuBLASLt's epilogue (BIAS) or the native kernel's stores
-  bool fuseActivation_ = false;
+  bool useLt_ = false;
+  BiasPlace biasPlace_ = BiasPlace::kEpilogueKernel;
+  bool fuseActivation_ = false;  // in cuBLASLt's epilogue (Relu) or the native kernel's stores
   int64_t workspaceBytes_ = 0;
   std::string detail_;
   Lt* lt_ = nullptr;

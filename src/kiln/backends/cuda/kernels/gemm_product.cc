@@ -1,0 +1,455 @@
+// MatrixProduct (gemm_steps.h): a strided batch of row-major float products through cuBLASLt or
+// kiln's native kernel, with the epilogue fused where the chosen source computes it exactly.
+//
+// cuBLASLt is column-major, so the row-major product C = op(A) · op(B) is computed as its
+// transpose C^T = op(B)^T · op(A)^T: the row-major [m, n] C is the column-major [n, m] matrix D
+// with leading dimension n, kiln's B is cuBLASLt's A and kiln's A is cuBLASLt's B (each
+// row-major matrix is its own transpose in column-major order, so the transposes flip nothing but
+// the roles). A bias along the columns of row-major C is then a bias along D's rows, which is
+// what cuBLASLt's BIAS epilogue adds (its vector has D's row count, n); a full [m, n] bias is
+// cuBLASLt's C matrix with beta = its scale. Math is CUBLAS_COMPUTE_32F: fp32 products and sums,
+// never TF32 unless cuda.precision=tf32 allows it (CUBLAS_COMPUTE_32F_FAST_TF32).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "kiln/backends/cuda/kernels/gemm_steps.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+constexpr uint64_t kMaxLtWorkspace = uint64_t{32} << 20;
+constexpr int kTimedCandidates = 8;
+constexpr int kTimedRuns = 3;
+constexpr int64_t kAlignment = 256;  // arena, weights and workspace ranges
+
+int64_t alignUp(int64_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
+
+// The largest power of two up to 256 that divides the matrix's address (256 for a buffer not
+// known yet: workspace ranges are 256-aligned) and, in a batch, every entry's offset.
+uint32_t alignmentOf(const void* pointer, int64_t strideElements, int64_t batch) {
+  uint64_t bits = pointer ? static_cast<uint64_t>(reinterpret_cast<uintptr_t>(pointer)) : 256;
+  if (batch > 1 && strideElements != 0) {
+    bits |= static_cast<uint64_t>(strideElements) * sizeof(float);
+  }
+  uint32_t alignment = 256;
+  while (alignment > 1 && bits % alignment != 0) alignment /= 2;
+  return alignment;
+}
+
+// Elements a batch of `batch` matrices of `elements` each, `stride` apart, spans.
+int64_t spanOf(int64_t elements, int64_t stride, int64_t batch) {
+  return elements + (batch > 1 ? (batch - 1) * stride : 0);
+}
+
+Status ltStatus(cublasStatus_t status, std::string_view what) { return cublasStatus(status, what); }
+
+}  // namespace
+
+bool cublasLtCanTake(const ProductShape& shape) {
+  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+  auto fits = [](int64_t v) { return v > 0 && v <= kMax; };
+  return fits(shape.m) && fits(shape.n) && fits(shape.k) && fits(shape.batch);
+}
+
+// cuBLASLt's descriptors of one product, in the transposed (column-major) problem.
+struct MatrixProduct::Lt {
+  cublasLtMatmulDesc_t operation = nullptr;
+  cublasLtMatrixLayout_t x = nullptr;  // cuBLASLt's A: kiln's B
+  cublasLtMatrixLayout_t y = nullptr;  // cuBLASLt's B: kiln's A
+  cublasLtMatrixLayout_t d = nullptr;  // C and D: kiln's C
+  cublasLtMatmulAlgo_t algo{};
+  const void* biasPointer = nullptr;  // in `operation` (BIAS epilogue)
+  // The alignments the algorithm was chosen for (A, B, C, D of the transposed problem).
+  uint32_t alignX = 256, alignY = 256, alignC = 256, alignD = 256;
+
+  Lt() = default;
+  ~Lt() { reset(); }
+  Lt(const Lt&) = delete;
+  Lt& operator=(const Lt&) = delete;
+
+  void reset() {
+    if (operation) cublasLtMatmulDescDestroy(operation);
+    for (cublasLtMatrixLayout_t layout : {x, y, d}) {
+      if (layout) cublasLtMatrixLayoutDestroy(layout);
+    }
+    operation = nullptr;
+    x = y = d = nullptr;
+  }
+
+  // A column-major float layout of `rows` x `cols` (leading dimension `ld`), batched.
+  static Status layout(cublasLtMatrixLayout_t* out, int64_t rows, int64_t cols, int64_t ld,
+                       int64_t batch, int64_t stride) {
+    KILN_RETURN_IF_ERROR(
+        ltStatus(cublasLtMatrixLayoutCreate(out, CUDA_R_32F, static_cast<uint64_t>(rows),
+                                            static_cast<uint64_t>(cols), ld),
+                 "cublasLtMatrixLayoutCreate"));
+    if (batch <= 1) return Status::ok();
+    const int32_t count = static_cast<int32_t>(batch);
+    KILN_RETURN_IF_ERROR(
+        ltStatus(cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                                  sizeof(count)),
+                 "setting CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT"));
+    return ltStatus(cublasLtMatrixLayoutSetAttribute(
+                        *out, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)),
+                    "setting CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET");
+  }
+
+  Status setBias(const void* bias) {
+    KILN_RETURN_IF_ERROR(
+        ltStatus(cublasLtMatmulDescSetAttribute(operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                sizeof(bias)),
+                 "setting CUBLASLT_MATMUL_DESC_BIAS_POINTER"));
+    biasPointer = bias;
+    return Status::ok();
+  }
+
+  // Descriptors for `shape` (TF32 math if `tf32`) with cuBLASLt epilogue `epilogue` (its bias
+  // pointer `bias`).
+  Status build(const ProductShape& s, bool tf32, cublasLtEpilogue_t epilogue, const void* bias) {
+    reset();
+    const cublasComputeType_t compute = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    KILN_RETURN_IF_ERROR(ltStatus(cublasLtMatmulDescCreate(&operation, compute, CUDA_R_32F),
+                                  "cublasLtMatmulDescCreate"));
+    const int32_t opX = s.transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const int32_t opY = s.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+    KILN_RETURN_IF_ERROR(ltStatus(
+        cublasLtMatmulDescSetAttribute(operation, CUBLASLT_MATMUL_DESC_TRANSA, &opX, sizeof(opX)),
+        "setting CUBLASLT_MATMUL_DESC_TRANSA"));
+    KILN_RETURN_IF_ERROR(ltStatus(
+        cublasLtMatmulDescSetAttribute(operation, CUBLASLT_MATMUL_DESC_TRANSB, &opY, sizeof(opY)),
+        "setting CUBLASLT_MATMUL_DESC_TRANSB"));
+    const uint32_t mode = epilogue;
+    KILN_RETURN_IF_ERROR(
+        ltStatus(cublasLtMatmulDescSetAttribute(operation, CUBLASLT_MATMUL_DESC_EPILOGUE, &mode,
+                                                sizeof(mode)),
+                 "setting CUBLASLT_MATMUL_DESC_EPILOGUE"));
+    if (epilogue == CUBLASLT_EPILOGUE_BIAS || epilogue == CUBLASLT_EPILOGUE_RELU_BIAS) {
+      KILN_RETURN_IF_ERROR(setBias(bias));
+    }
+    // Kiln's B: stored [k, n] row-major = column-major [n, k] (ld n), or, transposed, [n, k]
+    // row-major = column-major [k, n] (ld k) read transposed.
+    if (s.transB) {
+      KILN_RETURN_IF_ERROR(layout(&x, s.k, s.n, s.k, s.batch, s.strideB));
+    } else {
+      KILN_RETURN_IF_ERROR(layout(&x, s.n, s.k, s.n, s.batch, s.strideB));
+    }
+    // Kiln's A: [m, k] row-major = column-major [k, m] (ld k); transposed, column-major [m, k].
+    if (s.transA) {
+      KILN_RETURN_IF_ERROR(layout(&y, s.m, s.k, s.m, s.batch, s.strideA));
+    } else {
+      KILN_RETURN_IF_ERROR(layout(&y, s.k, s.m, s.k, s.batch, s.strideA));
+    }
+    return layout(&d, s.n, s.m, s.n, s.batch, s.strideC);
+  }
+
+  // Up to `count` algorithms, best first by cuBLASLt's heuristics; empty (with `why` said) when
+  // cuBLASLt has none for these descriptors.
+  std::vector<cublasLtMatmulHeuristicResult_t> candidates(cublasLtHandle_t handle, int count,
+                                                          std::string& why) const {
+    cublasLtMatmulPreference_t preference = nullptr;
+    std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(count));
+    int returned = 0;
+    cublasStatus_t status = cublasLtMatmulPreferenceCreate(&preference);
+    auto setPreference = [&](cublasLtMatmulPreferenceAttributes_t attribute, const void* value,
+                             size_t bytes) {
+      if (status == CUBLAS_STATUS_SUCCESS) {
+        status = cublasLtMatmulPreferenceSetAttribute(preference, attribute, value, bytes);
+      }
+    };
+    setPreference(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kMaxLtWorkspace,
+                  sizeof(kMaxLtWorkspace));
+    setPreference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &alignX, sizeof(alignX));
+    setPreference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &alignY, sizeof(alignY));
+    setPreference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &alignC, sizeof(alignC));
+    setPreference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &alignD, sizeof(alignD));
+    if (status == CUBLAS_STATUS_SUCCESS) {
+      status = cublasLtMatmulAlgoGetHeuristic(handle, operation, x, y, d, d, preference, count,
+                                              results.data(), &returned);
+    }
+    if (preference) cublasLtMatmulPreferenceDestroy(preference);
+    if (status != CUBLAS_STATUS_SUCCESS) {
+      why += fmt::format("{}; ", cublasStatus(status, "the cuBLASLt heuristics").message());
+      return {};
+    }
+    std::vector<cublasLtMatmulHeuristicResult_t> usable;
+    for (int i = 0; i < returned; ++i) {
+      const auto& result = results[static_cast<size_t>(i)];
+      if (result.state == CUBLAS_STATUS_SUCCESS && result.workspaceSize <= kMaxLtWorkspace) {
+        usable.push_back(result);
+      }
+    }
+    if (usable.empty()) why += "no cuBLASLt algorithm; ";
+    return usable;
+  }
+
+  cublasStatus_t matmul(cublasLtHandle_t handle, cudaStream_t stream,
+                        const cublasLtMatmulAlgo_t& algorithm, float alpha, float beta,
+                        const float* kilnA, const float* kilnB, const float* cMatrix, float* out,
+                        void* workspace, size_t workspaceBytes) const {
+    return cublasLtMatmul(handle, operation, &alpha, kilnB, x, kilnA, y, &beta, cMatrix, d, out, d,
+                          &algorithm, workspace, workspaceBytes, stream);
+  }
+};
+
+MatrixProduct::MatrixProduct(const ProductShape& shape, const ProductOptions& options,
+                             const GemmEpilogue& epilogue, bool hasBias)
+    : shape_(shape), options_(options), epilogue_(epilogue), hasBias_(hasBias) {
+  KILN_CHECK(shape.batch <= 1 || (!hasBias && epilogue.activation == kGemmActivationNone));
+  epilogue_.bias = nullptr;
+  useLt_ = options.source == ProductSource::kCublasLt && cublasLtCanTake(shape);
+  planFusion(useLt_);
+  detail_ = useLt_ ? "cuBLASLt (algorithm chosen at prepare)" : "kiln's tiled SGEMM";
+}
+
+MatrixProduct::~MatrixProduct() { delete lt_; }
+
+void MatrixProduct::planFusion(bool useLt) {
+  biasPlace_ = BiasPlace::kEpilogueKernel;
+  fuseActivation_ = false;
+  if (!options_.fuseEpilogue) return;
+  if (!useLt) {
+    biasPlace_ = BiasPlace::kNativeStores;
+    fuseActivation_ = true;
+    return;
+  }
+  const int64_t m = shape_.m, n = shape_.n;
+  const GemmEpilogue& e = epilogue_;
+  const bool alongColumns = n == 1 || e.biasColumnStride == 1;
+  const bool vector = alongColumns && (m == 1 || e.biasRowStride == 0);
+  const bool matrix = alongColumns && (m == 1 || e.biasRowStride == n);
+  if (hasBias_) {
+    // cuBLASLt's BIAS adds the vector unscaled; its C matrix is scaled by beta, and not read at
+    // all when beta is 0 (kiln's 0 * C still turns an infinite C into NaN: the kernel does it).
+    if (e.biasScale == 1.0f && vector) {
+      biasPlace_ = BiasPlace::kLtVector;
+    } else if (e.biasScale != 0.0f && matrix) {
+      biasPlace_ = BiasPlace::kLtMatrix;
+    } else {
+      return;  // the bias goes to the kernel, and the activation after it
+    }
+  }
+  // cuBLASLt's RELU is max(x, 0); its GELU is the tanh approximation, not kiln's erf form.
+  fuseActivation_ = e.activation == kGemmActivationRelu;
+}
+
+bool MatrixProduct::epilogueKernelRuns() const {
+  return (hasBias_ && biasPlace_ == BiasPlace::kEpilogueKernel) ||
+         (epilogue_.activation != kGemmActivationNone && !fuseActivation_);
+}
+
+GemmEpilogue MatrixProduct::remainingEpilogue(const float* bias) const {
+  GemmEpilogue rest = epilogue_;
+  rest.bias = hasBias_ && biasPlace_ == BiasPlace::kEpilogueKernel ? bias : nullptr;
+  if (fuseActivation_) rest.activation = kGemmActivationNone;
+  return rest;
+}
+
+std::string MatrixProduct::tactic() const {
+  std::string name = !useLt_                                         ? "native"
+                     : options_.algorithm == AlgorithmChoice::kTimed ? "cublaslt.timed"
+                                                                     : "cublaslt";
+  if (epilogueKernelRuns()) name += "+epilogue";
+  return name;
+}
+
+Status MatrixProduct::prepare(PrepareContext& context, const float* a, const float* b, float* c,
+                              const float* bias) {
+  if (!useLt_) return Status::ok();
+  if (!lt_) lt_ = new Lt();
+  return prepareLt(context, a, b, c, bias);
+}
+
+Status MatrixProduct::prepareLt(PrepareContext& prepare, const float* a, const float* b, float* c,
+                                const float* bias) {
+  const Context& context = prepare.context;
+  const ProductShape& s = shape_;
+  Lt& lt = *lt_;
+  lt.alignX = alignmentOf(b, s.strideB, s.batch);
+  lt.alignY = alignmentOf(a, s.strideA, s.batch);
+  lt.alignD = alignmentOf(c, s.strideC, s.batch);
+  const int count = options_.algorithm == AlgorithmChoice::kTimed ? kTimedCandidates : 1;
+  // Tiers: the epilogue as planned, then (if that had a fused part) the bare product with kiln's
+  // epilogue kernel after it.
+  std::string why;
+  std::vector<cublasLtMatmulHeuristicResult_t> found;
+  for (int tier = 0; tier < 2 && found.empty(); ++tier) {
+    if (tier == 1) {
+      if (biasPlace_ == BiasPlace::kEpilogueKernel && !fuseActivation_) break;
+      biasPlace_ = BiasPlace::kEpilogueKernel;
+      fuseActivation_ = false;
+    }
+    const bool vectorBias = hasBias_ && biasPlace_ == BiasPlace::kLtVector;
+    cublasLtEpilogue_t mode = CUBLASLT_EPILOGUE_DEFAULT;
+    if (vectorBias) mode = fuseActivation_ ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+    if (!vectorBias && fuseActivation_) mode = CUBLASLT_EPILOGUE_RELU;
+    lt.alignC = biasPlace_ == BiasPlace::kLtMatrix ? alignmentOf(bias, 0, 1) : lt.alignD;
+    const Status built = lt.build(s, options_.tf32, mode, vectorBias ? bias : nullptr);
+    if (!built.isOk()) {
+      why += built.message() + "; ";
+      continue;
+    }
+    found = lt.candidates(context.cublasLt, count, why);
+  }
+  if (found.empty()) {
+    // No cuBLASLt algorithm at all: kiln's kernel computes the same product.
+    delete lt_;
+    lt_ = nullptr;
+    useLt_ = false;
+    planFusion(false);
+    detail_ = fmt::format(
+        "kiln's tiled SGEMM: cuBLASLt has no algorithm for m={} n={} k={} batch={} "
+        "({})",
+        s.m, s.n, s.k, s.batch, why);
+    return Status::ok();
+  }
+
+  size_t best = 0;
+  if (found.size() > 1) {
+    // Time each candidate on the step's buffers (scratch where a buffer is not known yet): one
+    // untimed run, then kTimedRuns; a candidate that fails to run is passed over.
+    std::vector<DeviceMemory> scratch;
+    auto orScratch = [&](const float* pointer, int64_t elements) -> Result<const float*> {
+      if (pointer) return pointer;
+      KILN_ASSIGN_OR_RETURN(DeviceMemory memory,
+                            DeviceMemory::allocate(elements * static_cast<int64_t>(sizeof(float)),
+                                                   "timing cuBLASLt algorithms"));
+      scratch.push_back(std::move(memory));
+      return reinterpret_cast<const float*>(scratch.back().data());
+    };
+    KILN_ASSIGN_OR_RETURN(const float* ta, orScratch(a, spanOf(s.m * s.k, s.strideA, s.batch)));
+    KILN_ASSIGN_OR_RETURN(const float* tb, orScratch(b, spanOf(s.k * s.n, s.strideB, s.batch)));
+    KILN_ASSIGN_OR_RETURN(const float* tc, orScratch(c, spanOf(s.m * s.n, s.strideC, s.batch)));
+    const float* tbias = bias;
+    if (hasBias_ && !bias && biasPlace_ != BiasPlace::kEpilogueKernel) {
+      KILN_ASSIGN_OR_RETURN(tbias, orScratch(nullptr, s.m * s.n));
+    }
+    if (biasPlace_ == BiasPlace::kLtVector && tbias != lt.biasPointer) {
+      KILN_RETURN_IF_ERROR(lt.setBias(tbias));
+    }
+    size_t workspaceBytes = 0;
+    for (const auto& result : found)
+      workspaceBytes = std::max(workspaceBytes, result.workspaceSize);
+    KILN_ASSIGN_OR_RETURN(
+        DeviceMemory workspace,
+        DeviceMemory::allocate(static_cast<int64_t>(workspaceBytes), "timing cuBLASLt algorithms"));
+    KILN_ASSIGN_OR_RETURN(Event start, Event::create());
+    KILN_ASSIGN_OR_RETURN(Event stop, Event::create());
+    const bool matrixBias = biasPlace_ == BiasPlace::kLtMatrix;
+    const float beta = matrixBias ? epilogue_.biasScale : 0.0f;
+    float* out = const_cast<float*>(tc);
+    const float* cMatrix = matrixBias ? tbias : out;
+    double bestMs = std::numeric_limits<double>::infinity();
+    for (size_t i = 0; i < found.size(); ++i) {
+      auto run = [&] {
+        return lt.matmul(context.cublasLt, context.stream, found[i].algo, s.alpha, beta, ta, tb,
+                         cMatrix, out, workspace.data(), found[i].workspaceSize);
+      };
+      if (run() != CUBLAS_STATUS_SUCCESS) {
+        // A failed launch leaves its error for the next cudaGetLastError, which would blame
+        // another step's kernel: clear it here.
+        cudaGetLastError();
+        continue;
+      }
+      KILN_CUDA_CHECK(cudaEventRecord(start.get(), context.stream));
+      bool ran = true;
+      for (int r = 0; r < kTimedRuns && ran; ++r) ran = run() == CUBLAS_STATUS_SUCCESS;
+      KILN_CUDA_CHECK(cudaEventRecord(stop.get(), context.stream));
+      KILN_CUDA_CHECK(cudaEventSynchronize(stop.get()));
+      if (!ran) {
+        cudaGetLastError();
+        continue;
+      }
+      KILN_ASSIGN_OR_RETURN(double ms, elapsedMs(start, stop));
+      if (ms < bestMs) {
+        bestMs = ms;
+        best = i;
+      }
+    }
+    // The scratch and workspace are freed on return: the runs must have finished with them.
+    KILN_CUDA_CHECK(cudaStreamSynchronize(context.stream));
+  }
+  lt.algo = found[best].algo;
+  workspaceBytes_ = alignUp(static_cast<int64_t>(found[best].workspaceSize));
+  int algoId = -1;
+  size_t written = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(&lt.algo, CUBLASLT_ALGO_CONFIG_ID, &algoId, sizeof(algoId),
+                                       &written);
+  detail_ =
+      fmt::format("cuBLASLt algorithm {} ({} of {} candidate(s){}), workspace {} bytes", algoId,
+                  best + 1, found.size(), found.size() > 1 ? ", timed" : "", workspaceBytes_);
+  return Status::ok();
+}
+
+Status MatrixProduct::runLt(const Context& context, std::byte* workspace, int64_t workspaceBytes,
+                            const float* a, const float* b, float* c, const float* bias) const {
+  const ProductShape& s = shape_;
+  Lt& lt = *lt_;
+  if (workspaceBytes < workspaceBytes_ || (workspaceBytes_ > 0 && !workspace)) {
+    return internalError("the cuBLASLt product needs {} bytes of workspace, has {}",
+                         workspaceBytes_, workspaceBytes);
+  }
+  const bool matrixBias = biasPlace_ == BiasPlace::kLtMatrix;
+  // The algorithm was chosen for the alignments seen at prepare; the buffers do not move, but a
+  // weaker one would make cuBLASLt fail or read out of bounds, so say so instead.
+  if (alignmentOf(b, s.strideB, s.batch) < lt.alignX ||
+      alignmentOf(a, s.strideA, s.batch) < lt.alignY ||
+      alignmentOf(c, s.strideC, s.batch) < lt.alignD ||
+      (matrixBias && alignmentOf(bias, 0, 1) < lt.alignC)) {
+    return internalError("a cuBLASLt product's buffers are less aligned than at prepare");
+  }
+  if (hasBias_ && biasPlace_ == BiasPlace::kLtVector && bias != lt.biasPointer) {
+    KILN_RETURN_IF_ERROR(lt.setBias(bias));
+  }
+  const float beta = matrixBias ? epilogue_.biasScale : 0.0f;
+  KILN_CUBLAS_CHECK(lt.matmul(context.cublasLt, context.stream, lt.algo, s.alpha, beta, a, b,
+                              matrixBias ? bias : c, c, workspaceBytes_ > 0 ? workspace : nullptr,
+                              static_cast<size_t>(workspaceBytes_)));
+  return Status::ok();
+}
+
+Status MatrixProduct::runNative(cudaStream_t stream, const float* a, const float* b, float* c,
+                                const float* bias) const {
+  const ProductShape& s = shape_;
+  NativeGemmArgs args;
+  args.m = s.m;
+  args.n = s.n;
+  args.k = s.k;
+  args.transA = s.transA;
+  args.transB = s.transB;
+  args.alpha = s.alpha;
+  args.a = a;
+  args.lda = s.transA ? s.m : s.k;
+  args.strideA = s.strideA;
+  args.b = b;
+  args.ldb = s.transB ? s.k : s.n;
+  args.strideB = s.strideB;
+  args.c = c;
+  args.ldc = s.n;
+  args.strideC = s.strideC;
+  args.batch = s.batch;
+  args.epilogue = epilogue_;
+  args.epilogue.bias = hasBias_ && biasPlace_ == BiasPlace::kNativeStores ? bias : nullptr;
+  if (!fuseActivation_) args.epilogue.activation = kGemmActivationNone;
+  return cudaStatus(launchNativeGemm(args, stream), "kiln's SGEMM kernel");
+}
+
+Status MatrixProduct::enqueue(const Context& context, std::byte* workspace, int64_t workspaceBytes,
+                              const float* a, const float* b, float* c, const float* bias) const {
+  const ProductShape& s = shape_;
+  if (s.m <= 0 || s.n <= 0 || s.batch <= 0) return Status::ok();  // nothing to store
+  if (useLt_) {
+    KILN_RETURN_IF_ERROR(runLt(context, workspace, workspaceBytes, a, b, c, bias));
+  } else {
+    KILN_RETURN_IF_ERROR(runNative(context.stream, a, b, c, bias));
+  }
+  if (!epilogueKernelRuns()) return Status::ok();
+  return cudaStatus(launchGemmEpilogue(c, s.m, s.n, remainingEpilogue(bias), context.stream),
+                    "the GEMM epilogue kernel");
+}
+
+}  // namespace kiln::cuda
