@@ -29,6 +29,8 @@ struct BuildSnapshot {
     std::string name;  // the node's name
     std::string op;    // "Conv", "kiln.FusedConv"
     std::string tactic, layout, precision;
+    // cuda: the launch details a step reports beyond its tactic ("flat, vector width 4"), or "".
+    std::string detail;
   };
   std::string ir;  // the optimised graph, printed
   std::vector<Layer> layers;

@@ -11,6 +11,8 @@
 #include "kiln/engine/builder.h"
 #include "kiln/ir/printer.h"
 #if KILN_HAVE_CUDA
+#include "kiln/backends/cuda/kernels/eltwise.h"
+#include "kiln/backends/cuda/kernels/reduce.h"
 #include "kiln/backends/cuda/runtime.h"
 #endif
 #include "kiln/knobs/knob.h"
@@ -53,7 +55,7 @@ std::string BuildSnapshot::summary() const {
                      (execution.empty() ? "" : ", execution " + execution) + "\n";
   for (const Layer& l : layers) {
     text += "  " + l.name + ": " + l.op + " [" + l.tactic + ", " + l.layout + ", " + l.precision +
-            "]\n";
+            "]" + (l.detail.empty() ? "" : " (" + l.detail + ")") + "\n";
   }
   return text;
 }
@@ -92,6 +94,7 @@ Result<BuildSnapshot> snapshot(const KnobEffect& effect, const std::string& rout
     shot.ir = ir::printGraph(build.plan.graph());
     for (const auto& step : build.plan.steps()) {
       addLayer(*step->node, step->tactic, step->layout, step->precision);
+      shot.layers.back().detail = cuda::eltwiseStepDetail(*step) + cuda::reduceStepDetail(*step);
     }
     shot.arenaBytes = build.plan.arenaBytes();
     shot.execution = build.plan.graphsAllowed() ? "graph" : "steps";

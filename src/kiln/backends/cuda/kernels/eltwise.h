@@ -1,8 +1,9 @@
 // kiln's elementwise kernels on the GPU (eltwise.cu): unary math and activations, broadcasting
 // binary arithmetic, comparisons and logic, Pow, Where, variadic Sum/Mean/Max/Min, Clip, Cast and
 // the kiln.FusedElementwise program interpreter. Each computes what the reference kernel
-// (src/kiln/reference/kernels/elementwise.cc) computes, in float32 rather than double, so a
-// transcendental result may differ in the last bits.
+// (src/kiln/reference/kernels/elementwise.cc) computes, in float32 rather than double (float64
+// elements in double; float16 and bfloat16 are loaded into float and rounded once on the way
+// back), so a transcendental result may differ in the last bits.
 //
 // Every kernel reads operand k at output element i through a BroadcastGeometry: the flat walk
 // (each operand has the output's shape, or one element) or the strided walk (per-operand strides
@@ -14,6 +15,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <limits>
 #include <string>
 
 namespace kiln::cuda {
@@ -73,29 +75,29 @@ enum class UnaryOp : int {
   kAtanh,
   kBitwiseNot,
   kCeil,
-  kCelu,             // alpha
+  kCelu,  // alpha
   kCos,
   kCosh,
-  kElu,              // alpha
+  kElu,  // alpha
   kErf,
   kExp,
   kFloor,
-  kGelu,             // the erf form
-  kGeluTanh,         // approximate = "tanh"
-  kHardSigmoid,      // alpha, beta
+  kGelu,         // the erf form
+  kGeluTanh,     // approximate = "tanh"
+  kHardSigmoid,  // alpha, beta
   kHardSwish,
-  kIsInf,            // alpha: detect_negative (0 or 1), beta: detect_positive
+  kIsInf,  // alpha: detect_negative (0 or 1), beta: detect_positive
   kIsNaN,
-  kLeakyRelu,        // alpha
+  kLeakyRelu,  // alpha
   kLog,
   kMish,
   kNeg,
   kNot,
   kReciprocal,
   kRelu,
-  kRound,            // halves to even
-  kSelu,             // alpha, beta: gamma
-  kShrink,           // alpha: lambd, beta: bias
+  kRound,   // halves to even
+  kSelu,    // alpha, beta: gamma
+  kShrink,  // alpha: lambd, beta: bias
   kSigmoid,
   kSign,
   kSin,
@@ -114,7 +116,9 @@ struct UnaryLaunch {
   float alpha = 0;
   float beta = 0;
   int64_t count = 0;
-  int vectorWidth = 4;  // 4: 16-byte loads and stores where the elements are 4 bytes and aligned
+  // 4: each thread moves four elements as one aligned load and store (16 bytes for 4-byte
+  // elements) on the flat walk, the last count % 4 one by one; 1: one element at a time.
+  int vectorWidth = 4;
   const void* x = nullptr;
   void* y = nullptr;
 };
@@ -132,7 +136,7 @@ enum class BinaryOp : int {
   kMod,   // integers, the divisor's sign (Python's %); by zero gives 0
   kFmod,  // the dividend's sign (C's fmod and %); an integer modulo zero gives 0
   kPRelu,
-  kMax,   // NaN-propagating
+  kMax,  // NaN-propagating
   kMin,
   kEqual,  // comparisons give bool
   kLess,
@@ -209,8 +213,9 @@ cudaError_t launchVariadic(const VariadicLaunch& launch, cudaStream_t stream);
 // --- Clip, Cast --------------------------------------------------------------------------------
 
 // y = x clamped to [min, max]: min first, then max (min > max gives max); NaN stays NaN. A bound
-// is read from `min`/`max` (a device scalar of `type`) where given, else the value fields
-// (floatMin/floatMax for float32, intMin/intMax for integers).
+// is read from `min`/`max` (a device scalar of `type`: a runtime or constant input) where given;
+// else a floating type takes floatMin/floatMax (the opset < 11 attributes, or no bound) and an
+// integer type its own limits (no bound).
 struct ClipLaunch {
   ElementType type = ElementType::kFloat32;
   int64_t count = 0;
@@ -219,10 +224,8 @@ struct ClipLaunch {
   void* y = nullptr;
   const void* min = nullptr;
   const void* max = nullptr;
-  float floatMin = 0;
-  float floatMax = 0;
-  int64_t intMin = 0;
-  int64_t intMax = 0;
+  double floatMin = -std::numeric_limits<double>::infinity();
+  double floatMax = std::numeric_limits<double>::infinity();
 };
 
 bool clipSupported(ElementType type);
@@ -287,14 +290,20 @@ struct FusedProgram {
   FusedInstruction code[kMaxFusedInstructions];
 };
 
-// Runs `program` at every output element, each instruction rounded to float32 as the reference.
+// Runs `program` at every output element, each instruction computed in float32 (as the
+// reference rounds each to float32). The inputs and the output all have `type`: float32, or
+// float16 / bfloat16 where cuda.precision made the node reduced (loaded into float, the result
+// rounded once).
 struct FusedLaunch {
   FusedProgram program;
-  BroadcastGeometry geometry;  // geometry.operands float32 inputs
+  ElementType type = ElementType::kFloat32;
+  BroadcastGeometry geometry;  // geometry.operands inputs
   int vectorWidth = 4;
-  const float* inputs[kMaxBroadcastOperands] = {};
-  float* y = nullptr;
+  const void* inputs[kMaxBroadcastOperands] = {};
+  void* y = nullptr;
 };
+
+bool fusedSupported(ElementType type);
 
 cudaError_t launchFused(const FusedLaunch& launch, cudaStream_t stream);
 

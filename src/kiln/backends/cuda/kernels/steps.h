@@ -15,6 +15,7 @@ enum FactoryRank : int {
   kRankConv = 200,       // Conv, kiln.FusedConv, kiln.NhwcConv (cuDNN or kiln's own)
   kRankAttention = 300,  // kiln.Attention
   kRankNorm = 400,       // Softmax, LayerNormalization, pooling, reductions
+  kRankReduce = 450,     // the Reduce* family, ArgMax, ArgMin
   kRankEltwise = 500,    // unary, binary, Where, Cast, kiln.FusedElementwise
   kRankDataMove = 600,   // Transpose, Concat, Split, Slice, Gather, Pad, Expand, Resize, copies
 };
