@@ -46,18 +46,49 @@ std::string preparedTactic(const CudaOpCase& c) {
   return cudaTacticOf(*build, c.opType);
 }
 
-// Runs `c` (tactic checked at lowering); on a GPU, a cuDNN step must stay on cuDNN. Whether it
-// kept its fused epilogue is recorded, not required: cuDNN may have no fp32-exact engine for the
-// fused graph, and then runs the bare convolution and kiln's epilogue kernel.
-void expectConv(CudaOpCase c) {
-  c.rtol = kRtol;
-  c.atol = kAtol;
+// Runs `c` (tactic checked at lowering) within `tolerance` (rtol and atol; 0: fp32's); on a GPU,
+// a cuDNN step must stay on cuDNN unless `requireCudnn` is false (then where it ran is only
+// recorded). Whether it kept its fused epilogue is recorded, not required: cuDNN may have no
+// accurate enough engine for the fused graph, and then runs the bare convolution and kiln's
+// epilogue kernel.
+void expectConv(CudaOpCase c, double tolerance = 0, bool requireCudnn = true) {
+  c.rtol = tolerance > 0 ? tolerance : kRtol;
+  c.atol = tolerance > 0 ? tolerance : kAtol;
   expectCudaMatchesReference(c);
   if (!cuda::deviceAvailable() || c.expectTactic.rfind("cudnn", 0) != 0) return;
   const std::string prepared = preparedTactic(c);
-  EXPECT_EQ(prepared.rfind("cudnn", 0), 0u)
-      << "lowered to " << c.expectTactic << " but prepared as " << prepared;
+  if (requireCudnn) {
+    EXPECT_EQ(prepared.rfind("cudnn", 0), 0u)
+        << "lowered to " << c.expectTactic << " but prepared as " << prepared;
+  }
   ::testing::Test::RecordProperty("prepared_tactic", prepared);
+}
+
+// float16 and bfloat16, every tensor of the node in the type (as cuda.precision leaves a reduced
+// node). float16 cases give the node float16 inputs: float math on the GPU, double in the
+// reference, from the same rounded inputs; the outputs differ by the rounding of float sums, and
+// by a second rounding where kiln's epilogue kernel finishes a cuDNN convolution. ONNX has no
+// bfloat16 Conv before opset 22 (nor does the reference executor), so bfloat16 cases keep float32
+// inputs and let cuda.precision=bf16 make the node bfloat16 between casts, and compare with the
+// float32 reference (the inputs' rounding counts too).
+struct ReducedType {
+  ir::DType dtype;
+  const char* name;
+  double tolerance;
+  bool direct;  // inputs in the type; else through cuda.precision
+};
+const ReducedType kReducedTypes[] = {{ir::DType::kFloat16, "fp16", 1e-2, true},
+                                     {ir::DType::kBFloat16, "bf16", 5e-2, false}};
+
+CudaOpCase inType(CudaOpCase c, const ReducedType& t) {
+  if (!t.direct) {
+    c.route += std::string(" -cuda.precision=") + t.name;
+    return c;
+  }
+  for (OpInput& input : c.inputs) {
+    if (!input.tensor.empty()) input.tensor = input.tensor.castTo(t.dtype);
+  }
+  return c;
 }
 
 struct ConvShape {
@@ -393,14 +424,22 @@ TEST(CudaNhwcConv, RuntimeWeights) {
 // ---------------------------------------------------------------------------------------------
 // What the factory leaves to others.
 
-TEST(CudaConv, Float16AndConvTransposeAreNotTaken) {
+// float16 (and bfloat16) Conv is cuDNN's (below); float64 Conv and ConvTranspose are the host's.
+TEST(CudaConv, Float64AndConvTransposeAreNotTaken) {
   BuilderConfig config;
   ASSERT_TRUE(config.setBuildRoute("").isOk());
-  const ir::Tensor half =
-      ir::Tensor(ir::DType::kFloat16, Shape{1, 2, 4, 4});  // zeros are enough for lowering
+  auto half = buildCuda(
+      makeSingleOpGraph("Conv", {{ir::Tensor(ir::DType::kFloat16, Shape{1, 2, 4, 4}), false},
+                                 {ir::Tensor(ir::DType::kFloat16, Shape{3, 2, 3, 3}), true}}),
+      config);
+  ASSERT_TRUE(half.isOk()) << half.status().toString();
+  EXPECT_EQ(cudaTacticOf(*half, "Conv"), "cudnn");
+
+  const ir::Tensor wide =
+      ir::Tensor(ir::DType::kFloat64, Shape{1, 2, 4, 4});  // zeros are enough for lowering
   auto build = buildCuda(
       makeSingleOpGraph(
-          "Conv", {{half, false}, {ir::Tensor(ir::DType::kFloat16, Shape{3, 2, 3, 3}), true}}),
+          "Conv", {{wide, false}, {ir::Tensor(ir::DType::kFloat64, Shape{3, 2, 3, 3}), true}}),
       config);
   ASSERT_TRUE(build.isOk()) << build.status().toString();
   EXPECT_EQ(cudaTacticOf(*build, "Conv"), "host.reference");
@@ -412,6 +451,132 @@ TEST(CudaConv, Float16AndConvTransposeAreNotTaken) {
   ASSERT_TRUE(transpose.isOk()) << transpose.status().toString();
   EXPECT_NE(cudaTacticOf(*transpose, "ConvTranspose").rfind("cudnn", 0), 0u);
   EXPECT_NE(cudaTacticOf(*transpose, "ConvTranspose"), "kiln.conv");
+}
+
+// ---------------------------------------------------------------------------------------------
+// float16 and bfloat16.
+
+// Every shape from cuDNN (where its pads allow) and from kiln's kernel. Where cuDNN has no
+// engine for a shape in the type the step may still end on kiln's kernel: recorded here,
+// required below for the shapes networks are made of.
+TEST(CudaConv, ReducedTypesMatchReference) {
+  unsigned seed = 1000;
+  for (const ReducedType& t : kReducedTypes) {
+    for (const ConvShape& s : convShapes()) {
+      for (const char* source : {"cudnn", "native"}) {
+        SCOPED_TRACE(std::string(t.name) + " " + s.name + " " + source);
+        CudaOpCase c = convCase(s, seed += 3);
+        c.route = std::string("-cuda.conv.source=") + source;
+        c = inType(c, t);
+        c.expectTactic = std::string(source) == "cudnn" && s.symmetric ? "cudnn" : "kiln.conv";
+        expectConv(c, t.tolerance, false);
+      }
+    }
+  }
+}
+
+// Convolutions with channels a multiple of eight, the bias and a Relu fused, NCHW and NHWC, with
+// constant and runtime weights: cuDNN must have an engine for each (a step that quietly fell
+// back to kiln's kernel would hide a cuDNN graph the reduced types broke).
+TEST(CudaConv, ReducedTypesStayOnCudnn) {
+  unsigned seed = 1400;
+  for (const ReducedType& t : kReducedTypes) {
+    SCOPED_TRACE(t.name);
+    CudaOpCase fused{
+        .opType = "FusedConv",
+        .attributes = {{"pads", intsAttr({1, 1, 1, 1})}, {"activation", stringAttr("Relu")}},
+        .domain = ir::kKilnDomain};
+    fused.inputs = {activations({2, 16, 10, 12}, seed), constantWeights({32, 16, 3, 3}, seed + 1),
+                    constantWeights({32}, seed + 2), activations({2, 32, 10, 12}, seed + 3)};
+    fused.expectTactic = "cudnn";
+    expectConv(inType(fused, t), t.tolerance);
+
+    CudaOpCase pointwise = convCase({"1x1", {2, 32, 7, 7}, {64, 32, 1, 1}, {}}, seed + 4);
+    pointwise.expectTactic = "cudnn";
+    expectConv(inType(pointwise, t), t.tolerance);
+
+    for (bool constantWeightsOnly : {true, false}) {
+      const NhwcShape s{"3x3",
+                        {2, 10, 12, 16},
+                        {3, 3, 16, 32},
+                        {2, 10, 12, 32},
+                        {{"pads", intsAttr({1, 1, 1, 1})}}};
+      CudaOpCase nhwc = nhwcCase(s, "Relu", true, constantWeightsOnly, seed += 8);
+      nhwc.expectTactic = "cudnn";
+      expectConv(inType(nhwc, t), t.tolerance);
+    }
+  }
+}
+
+// Every activation, with and without a residual, through cuDNN's graph, kiln's epilogue kernel
+// after it, and kiln's direct kernel.
+TEST(CudaFusedConv, ReducedTypesEveryActivation) {
+  unsigned seed = 1600;
+  for (const ReducedType& t : kReducedTypes) {
+    for (const Activation& a : activationList()) {
+      for (bool residual : {false, true}) {
+        SCOPED_TRACE(std::string(t.name) + " " + a.name + (residual ? " + residual" : ""));
+        CudaOpCase fused = inType(fusedCase(a, residual, seed += 5), t);
+        fused.expectTactic = a.cudnnFuses ? "cudnn" : "cudnn+epilogue";
+        expectConv(fused, t.tolerance, false);
+
+        CudaOpCase separate = fusedCase(a, residual, seed += 5);
+        separate.route = "-cuda.conv.epilogue=separate";
+        separate = inType(separate, t);
+        separate.expectTactic = "cudnn+epilogue";
+        expectConv(separate, t.tolerance, false);
+
+        CudaOpCase native = fusedCase(a, residual, seed += 5);
+        native.route = "-cuda.conv.source=native";
+        native = inType(native, t);
+        native.expectTactic = "kiln.conv";
+        expectConv(native, t.tolerance);
+      }
+    }
+  }
+}
+
+// NHWC from each source; runtime weights are reordered for cuDNN (two-byte elements) every run.
+TEST(CudaNhwcConv, ReducedTypesFromEachSource) {
+  unsigned seed = 1900;
+  for (const ReducedType& t : kReducedTypes) {
+    for (const NhwcShape& s : nhwcShapes()) {
+      for (const char* source : {"cudnn", "native"}) {
+        for (bool constantWeightsOnly : {true, false}) {
+          SCOPED_TRACE(std::string(t.name) + " " + s.name + " " + source +
+                       (constantWeightsOnly ? "" : " runtime weights"));
+          CudaOpCase c = nhwcCase(s, "Relu", !constantWeightsOnly, constantWeightsOnly, seed += 4);
+          c.route = std::string("-cuda.conv.source=") + source;
+          c = inType(c, t);
+          c.expectTactic = std::string(source) == "cudnn" && s.symmetric ? "cudnn" : "kiln.conv";
+          expectConv(c, t.tolerance, false);
+        }
+      }
+    }
+  }
+}
+
+// cuda.precision=tf32: the step records tf32 and cuDNN may take TF32 tensor-core engines (10-bit
+// mantissas for the products: a looser tolerance); without it the step stays fp32.
+TEST(CudaConv, Tf32AllowsTensorCores) {
+  unsigned seed = 2100;
+  for (const ConvShape& s : convShapes()) {
+    if (!s.symmetric) continue;
+    SCOPED_TRACE(s.name);
+    CudaOpCase c = convCase(s, seed += 3);
+    c.route = "-cuda.precision=tf32";
+    c.expectTactic = "cudnn";
+    expectConv(c, 1e-2);
+  }
+  CudaOpCase c = convCase(convShapes()[1], 2200);
+  for (const char* precision : {"fp32", "tf32"}) {
+    BuilderConfig config;
+    ASSERT_TRUE(config.setBuildRoute(std::string("-cuda.precision=") + precision).isOk());
+    auto build = buildCuda(makeSingleOpGraph(c.opType, c.inputs, c.attributes), config);
+    ASSERT_TRUE(build.isOk()) << build.status().toString();
+    ASSERT_EQ(build->plan.steps().size(), 1u);
+    EXPECT_EQ(build->plan.steps()[0]->precision, precision);
+  }
 }
 
 // Each cuda.conv.* knob can be set for one node; the others keep the default.

@@ -1,5 +1,6 @@
 // The CUDA backend's matrix products (kernels/gemm_steps.cc, gemm_product.cc): Gemm, MatMul and
-// kiln.FusedGemm from cuBLASLt and from kiln's native kernel, against the reference executor.
+// kiln.FusedGemm from cuBLASLt and from kiln's native kernel, in float32 and (as cuda.precision
+// makes them) float16 and bfloat16, against the reference executor.
 // Without a GPU each case checks the lowering's tactic (and so every cuda.gemm.* knob's effect on
 // it, and where the epilogue runs); on a GPU it also runs the case, and checks that a step
 // lowered to cuBLASLt still runs cuBLASLt once prepared (a silent fall back to kiln's kernel
@@ -80,9 +81,9 @@ std::string preparedTactic(const CudaOpCase& c) {
 // Runs `c` (tactic checked at lowering); on a GPU, a cuBLASLt step must stay on cuBLASLt. Whether
 // it kept its fused epilogue is recorded, not required: cuBLASLt may have no algorithm for it,
 // and then runs the bare product and kiln's epilogue kernel.
-void expectProduct(CudaOpCase c) {
-  c.rtol = kRtol;
-  c.atol = kAtol;
+void expectProduct(CudaOpCase c, double rtol = kRtol, double atol = kAtol) {
+  c.rtol = rtol;
+  c.atol = atol;
   expectCudaMatchesReference(c);
   if (!cuda::deviceAvailable() || c.expectTactic.rfind("cublaslt", 0) != 0) return;
   const std::string prepared = preparedTactic(c);
@@ -360,6 +361,166 @@ TEST(CudaFusedGemm, ScaledBiasAndGelu) {
                              attributes, route.route);
     c.expectTactic = tacticFor(route, true, false);
     expectProduct(c);
+  }
+}
+
+TEST(CudaFusedGemm, EpilogueOnWholePacks) {
+  // Rows of 32 floats: kiln's epilogue kernel takes them four at a time (16-byte packs), with a
+  // full [M, N] bias (its row index changes between packs) and a scaled one.
+  unsigned seed = 970;
+  for (float beta : {1.0f, 0.5f}) {
+    for (const ProductRoute& route : productRoutes()) {
+      CudaAttributes attributes = {{"activation", stringAttr("Gelu")}, {"beta", floatAttr(beta)}};
+      CudaOpCase c = fusedGemm({runtimeInput({6, 24}, seed += 3), constantInput({24, 32}, seed + 1),
+                                constantInput({6, 32}, seed + 2)},
+                               attributes, route.route);
+      c.expectTactic = tacticFor(route, true, false);
+      expectProduct(c);
+    }
+  }
+}
+
+// --- float16 and bfloat16 ----------------------------------------------------------------------
+
+// Inputs stored in the reduced type, as cuda.precision makes them. The reference sums the same
+// reduced inputs in double and rounds once; the GPU sums in float and rounds once (twice where
+// kiln's epilogue kernel runs after the product, as the reference's FusedGemm does too).
+struct ReducedType {
+  ir::DType dtype;
+  std::string name;
+  double rtol, atol;
+};
+
+const std::vector<ReducedType>& reducedTypes() {
+  static const std::vector<ReducedType> types = {
+      {ir::DType::kFloat16, "fp16", 1e-2, 1e-2},
+      {ir::DType::kBFloat16, "bf16", 5e-2, 5e-2},
+  };
+  return types;
+}
+
+// kiln.FusedGemm's schema takes no bfloat16 inputs, so a bfloat16 FusedGemm exists only where
+// cuda.precision makes one: that case keeps float32 inputs and routes the node to bf16 (casts
+// around it), against the float32 reference, its inputs' rounding allowed for in the tolerance.
+void expectReducedProduct(CudaOpCase c, const ReducedType& type) {
+  SCOPED_TRACE(type.name);
+  if (c.opType == "FusedGemm" && type.dtype == ir::DType::kBFloat16) {
+    c.route += " -cuda.precision=" + type.name;
+  } else {
+    for (OpInput& input : c.inputs) input.tensor = input.tensor.castTo(type.dtype);
+  }
+  expectProduct(std::move(c), type.rtol, type.atol);
+}
+
+TEST(CudaGemm, ReducedPrecisionTransposesAndBiases) {
+  // Odd sizes (2-byte aligned rows) and tensor-core friendly ones; each bias where it goes: a
+  // vector in cuBLASLt's BIAS epilogue, a scaled matrix as its C, a column in kiln's kernel.
+  struct Sizes {
+    int64_t m, n, k;
+  };
+  unsigned seed = 1000;
+  for (const ReducedType& type : reducedTypes()) {
+    for (Sizes size : {Sizes{7, 5, 9}, Sizes{64, 48, 72}}) {
+      for (int transA = 0; transA < 2; ++transA) {
+        for (int transB = 0; transB < 2; ++transB) {
+          struct Bias {
+            Shape shape;
+            float beta;
+            bool ltFuses;
+          };
+          const Bias biases[] = {{Shape{size.n}, 1.0f, true},
+                                 {Shape{size.m, size.n}, 0.5f, true},
+                                 {Shape{size.m, 1}, 1.0f, false}};
+          for (const Bias& bias : biases) {
+            SCOPED_TRACE("m=" + std::to_string(size.m) + " transA=" + std::to_string(transA) +
+                         " transB=" + std::to_string(transB) + " bias " + bias.shape.toString());
+            const Shape a = transA ? Shape{size.k, size.m} : Shape{size.m, size.k};
+            const Shape b = transB ? Shape{size.n, size.k} : Shape{size.k, size.n};
+            for (const ProductRoute& route : productRoutes()) {
+              CudaOpCase c{.opType = "Gemm",
+                           .inputs = {runtimeInput(a, seed += 3), constantInput(b, seed + 1),
+                                      constantInput(bias.shape, seed + 2)},
+                           .attributes = {{"transA", intAttr(transA)},
+                                          {"transB", intAttr(transB)},
+                                          {"alpha", floatAttr(0.75f)},
+                                          {"beta", floatAttr(bias.beta)}},
+                           .route = route.route};
+              c.expectTactic = tacticFor(route, true, bias.ltFuses);
+              expectReducedProduct(c, type);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaGemm, ReducedPrecisionEmptySum) {
+  // k = 0 in float16 / bfloat16: kiln's kernel stores beta * C.
+  for (const ReducedType& type : reducedTypes()) {
+    CudaOpCase c{.opType = "Gemm",
+                 .inputs = {runtimeInput({3, 0}, 1100), constantInput({0, 4}, 1101),
+                            constantInput({4}, 1102)},
+                 .attributes = {{"beta", floatAttr(0.5f)}},
+                 .expectTactic = "native"};
+    expectReducedProduct(c, type);
+  }
+}
+
+TEST(CudaGemm, ReducedPrecisionIgnoresTf32) {
+  // cuda.precision=tf32 concerns float32 products only; a float16 Gemm still runs cuBLASLt.
+  for (const ReducedType& type : reducedTypes()) {
+    CudaOpCase c = {.opType = "Gemm",
+                    .inputs = {runtimeInput({33, 40}, 1110), constantInput({40, 17}, 1111),
+                               constantInput({17}, 1112)},
+                    .route = "-cuda.precision=tf32",
+                    .expectTactic = "cublaslt"};
+    expectReducedProduct(c, type);
+  }
+}
+
+TEST(CudaMatMul, ReducedPrecisionShapes) {
+  const std::vector<MatMulShape> shapes = {
+      {"matrix_vector", {4, 5}, {5}},
+      {"batched_matrix (folded)", {2, 4, 5}, {5, 3}},
+      {"equal_batches_4d", {2, 3, 4, 16}, {2, 3, 16, 8}},
+      {"shared_left_matrix", {4, 5}, {2, 5, 3}},
+      {"large", {3, 70, 130}, {3, 130, 66}},
+      {"tensor_core", {2, 64, 128}, {2, 128, 96}},
+  };
+  unsigned seed = 1200;
+  for (const ReducedType& type : reducedTypes()) {
+    for (const MatMulShape& s : shapes) {
+      SCOPED_TRACE(s.name);
+      for (const ProductRoute& route : productRoutes()) {
+        CudaOpCase c{.opType = "MatMul",
+                     .inputs = {runtimeInput(s.a, seed += 3), runtimeInput(s.b, seed + 1)},
+                     .route = route.route};
+        c.expectTactic = tacticFor(route, false, true);
+        expectReducedProduct(c, type);
+      }
+    }
+  }
+}
+
+TEST(CudaFusedGemm, ReducedPrecisionEveryActivation) {
+  // n = 16: whole 16-byte packs for the epilogue kernel; with and without the bias.
+  unsigned seed = 1300;
+  for (const ReducedType& type : reducedTypes()) {
+    for (const ActivationCase& activation : activationCases()) {
+      for (bool bias : {true, false}) {
+        SCOPED_TRACE(activation.name + (bias ? " with bias" : " without bias"));
+        const bool hasEpilogue = bias || activation.name != "none";
+        for (const ProductRoute& route : productRoutes()) {
+          std::vector<OpInput> inputs = {runtimeInput({2, 5, 24}, seed += 3),
+                                         constantInput({24, 16}, seed + 1)};
+          if (bias) inputs.push_back(constantInput({16}, seed + 2));
+          CudaOpCase c = fusedGemm(std::move(inputs), activation.attributes, route.route);
+          c.expectTactic = tacticFor(route, hasEpilogue, activation.ltFuses);
+          expectReducedProduct(c, type);
+        }
+      }
+    }
   }
 }
 

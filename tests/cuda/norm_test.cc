@@ -2,7 +2,8 @@
 // LogSoftmax and Hardmax along every axis and across the opset-13 change of meaning,
 // LpNormalization, LayerNormalization (with its Mean and InvStdDev outputs),
 // InstanceNormalization, inference BatchNormalization and MeanVarianceNormalization, through each
-// row kernel (a warp per row, a block per row, a thread per strided line).
+// row kernel (a warp per row, a block per row, a thread per strided line); in float32, and in
+// float16 and bfloat16 (the types cuda.precision gives a reduced node).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -173,9 +174,9 @@ TEST(CudaNorm, HardmaxTakesTheFirstMaximumOrTheFirstNaN) {
                {{"axis", intAttr(0)}}, "kiln.softmax.strided"));
 }
 
-TEST(CudaNorm, SoftmaxTakesOnlyFloat32) {
-  const Tensor half = uniform({4, 8}, 9).castTo(DType::kFloat16);
-  EXPECT_EQ(tacticWithFallback("Softmax", {runtime(half)}, {}), "host.reference");
+TEST(CudaNorm, SoftmaxTakesNoFloat64) {
+  const Tensor wide = uniform({4, 8}, 9).castTo(DType::kFloat64);
+  EXPECT_EQ(tacticWithFallback("Softmax", {runtime(wide)}, {}), "host.reference");
 }
 
 // --- LpNormalization ---------------------------------------------------------------------------
@@ -325,6 +326,170 @@ TEST(CudaNorm, MeanVarianceNormalizationOverAnyAxes) {
     SCOPED_TRACE(::testing::PrintToString(axes));
     expectCudaMatchesReference(normCase("MeanVarianceNormalization", {runtime(x)},
                                         {{"axes", intsAttr(axes)}}, "kiln.mvn"));
+  }
+}
+
+// --- float16 and bfloat16 ---------------------------------------------------------------------
+
+// Every tensor of the node in the reduced type (LayerNormalization's statistics stay float, as
+// stash_type 1 gives them): float math on the GPU, double in the reference, both from the same
+// rounded inputs and each rounded once at the end.
+struct ReducedType {
+  DType dtype;
+  const char* name;
+  double tolerance;
+};
+const ReducedType kReducedTypes[] = {{DType::kFloat16, "fp16", 1e-2},
+                                     {DType::kBFloat16, "bf16", 5e-2}};
+
+// `c` with its inputs in `t`'s type and its tolerance.
+CudaOpCase inType(CudaOpCase c, const ReducedType& t) {
+  for (OpInput& input : c.inputs) {
+    if (!input.tensor.empty()) input.tensor = input.tensor.castTo(t.dtype);
+  }
+  c.rtol = t.tolerance;
+  c.atol = t.tolerance;
+  return c;
+}
+
+TEST(CudaNorm, ReducedTypesSoftmaxFamilyEveryKernel) {
+  const Tensor x = uniform({3, 5, 7}, 200);
+  const Tensor wide = uniform({3, 3000}, 201);
+  for (const ReducedType& t : kReducedTypes) {
+    for (const char* op : kSoftmaxOps) {
+      SCOPED_TRACE(std::string(t.name) + " " + op);
+      expectCudaMatchesReference(inType(normCase(op, {runtime(x)}, {}, "kiln.softmax.warp"), t));
+      expectCudaMatchesReference(
+          inType(normCase(op, {runtime(x)}, {{"axis", intAttr(1)}}, "kiln.softmax.strided"), t));
+      expectCudaMatchesReference(
+          inType(normCase(op, {runtime(wide)}, {}, "kiln.softmax.block"), t));
+      CudaOpCase warp = inType(normCase(op, {runtime(wide)}, {}, "kiln.softmax.warp"), t);
+      warp.route = "-cuda.softmax.row_kernel=warp";
+      expectCudaMatchesReference(warp);
+    }
+  }
+}
+
+// float16 only: ONNX has no bfloat16 LpNormalization, and cuda.precision does not reduce it.
+TEST(CudaNorm, ReducedTypesLpNormalization) {
+  for (const ReducedType& t : {kReducedTypes[0]}) {
+    for (int64_t p : {1, 2}) {
+      for (int64_t axis : {-1, 0}) {
+        SCOPED_TRACE(std::string(t.name) + " p " + std::to_string(p) + " axis " +
+                     std::to_string(axis));
+        expectCudaMatchesReference(
+            inType(normCase("LpNormalization", {runtime(uniform({4, 6, 9}, 210))},
+                            {{"p", intAttr(p)}, {"axis", intAttr(axis)}}, "kiln.lpnorm"),
+                   t));
+      }
+    }
+  }
+}
+
+TEST(CudaNorm, ReducedTypesLayerNormalization) {
+  const Tensor x = uniform({2, 3, 4, 5}, 220);
+  for (const ReducedType& t : kReducedTypes) {
+    SCOPED_TRACE(t.name);
+    expectCudaMatchesReference(
+        inType(normCase("LayerNormalization",
+                        {runtime(x), constant(uniform({5}, 221)), constant(uniform({5}, 222))}, {},
+                        "kiln.layernorm"),
+               t));
+    // Runtime parameters; a broadcast scale and bias expanded to the row (two-byte elements).
+    expectCudaMatchesReference(inType(
+        normCase("LayerNormalization",
+                 {runtime(x), runtime(uniform({3, 4, 5}, 223)), runtime(uniform({3, 4, 5}, 224))},
+                 {{"axis", intAttr(1)}}, "kiln.layernorm"),
+        t));
+    expectCudaMatchesReference(
+        inType(normCase("LayerNormalization",
+                        {runtime(x), constant(uniform({4, 1}, 225)), runtime(uniform({1}, 226))},
+                        {{"axis", intAttr(-2)}}, "kiln.layernorm"),
+               t));
+    // Long rows: a block each.
+    expectCudaMatchesReference(
+        inType(normCase("LayerNormalization",
+                        {runtime(uniform({3, 2500}, 227)), constant(uniform({2500}, 228)),
+                         constant(uniform({2500}, 229))},
+                        {}, "kiln.layernorm"),
+               t));
+    // Float Mean and InvStdDev beside the reduced Y.
+    expectCudaMatchesReference(
+        inType(normCase("LayerNormalization",
+                        {runtime(uniform({3, 4, 6}, 230)), constant(uniform({6}, 231)),
+                         constant(uniform({6}, 232))},
+                        {}, "kiln.layernorm", 18, 3),
+               t));
+  }
+}
+
+// cuda.precision=fp16 with norm_fp32 off makes the statistics reduced too (every float32 output
+// of a reduced node gets the type): the step writes them in the type, casts bring them back.
+TEST(CudaNorm, ReducedLayerNormalizationStatisticsUnderPrecision) {
+  for (const ReducedType& t : kReducedTypes) {
+    SCOPED_TRACE(t.name);
+    CudaOpCase c = normCase("LayerNormalization",
+                            {runtime(uniform({3, 4, 6}, 240)), constant(uniform({6}, 241)),
+                             constant(uniform({6}, 242))},
+                            {}, "kiln.layernorm", 18, 3);
+    c.route = std::string("-cuda.precision=") + t.name + " -cuda.precision.norm_fp32=off";
+    // Against float32, the inputs' rounding counts too.
+    c.rtol = 2 * t.tolerance;
+    c.atol = 2 * t.tolerance;
+    expectCudaMatchesReference(c);
+    BuilderConfig config;
+    ASSERT_TRUE(config.setBuildRoute(c.route).isOk());
+    auto build = buildCuda(makeSingleOpGraph(c.opType, c.inputs, c.attributes, c.opset, 3), config);
+    ASSERT_TRUE(build.isOk()) << build.status().toString();
+    for (const auto& step : build->plan.steps()) {
+      if (step->node->opType == "LayerNormalization") {
+        EXPECT_EQ(step->precision, t.name);
+      }
+    }
+  }
+}
+
+// ONNX has no bfloat16 InstanceNormalization (nor does the reference executor): bfloat16 comes
+// through cuda.precision (norm_fp32 off), against the float32 reference.
+TEST(CudaNorm, ReducedTypesInstanceNormalization) {
+  unsigned seed = 250;
+  for (const ReducedType& t : kReducedTypes) {
+    for (const Shape& shape : {Shape{2, 3, 5, 7}, Shape{1, 2, 40, 40}}) {
+      SCOPED_TRACE(std::string(t.name) + " " + shape.toString());
+      const int64_t channels = shape[1];
+      CudaOpCase c =
+          normCase("InstanceNormalization",
+                   {runtime(uniform(shape, seed)), constant(uniform({channels}, seed + 1)),
+                    runtime(uniform({channels}, seed + 2))},
+                   {}, "kiln.instancenorm");
+      if (t.dtype == DType::kFloat16) {
+        c = inType(c, t);
+      } else {
+        c.route = "-cuda.precision=bf16 -cuda.precision.norm_fp32=off";
+        c.rtol = 2 * t.tolerance;
+        c.atol = 2 * t.tolerance;
+      }
+      expectCudaMatchesReference(c);
+      seed += 3;
+    }
+  }
+}
+
+TEST(CudaNorm, ReducedTypesBatchNormalizationAndMeanVariance) {
+  for (const ReducedType& t : kReducedTypes) {
+    SCOPED_TRACE(t.name);
+    expectCudaMatchesReference(
+        inType(normCase("BatchNormalization", batchNormInputs({2, 3, 4, 5}, {3}, 260),
+                        {{"epsilon", floatAttr(1e-3f)}}, "kiln.batchnorm", 15),
+               t));
+    expectCudaMatchesReference(
+        inType(normCase("BatchNormalization", batchNormInputs({2, 3, 2, 3, 4}, {3}, 265, false), {},
+                        "kiln.batchnorm", 15),
+               t));
+    expectCudaMatchesReference(
+        inType(normCase("MeanVarianceNormalization", {runtime(uniform({2, 3, 4, 5}, 270))}, {},
+                        "kiln.mvn"),
+               t));
   }
 }
 

@@ -1,6 +1,7 @@
 // The CUDA pooling steps (kernels/pool_steps.cc) against the reference executor: MaxPool and
 // AveragePool over 1 to 3 spatial axes with strides, pads, dilations, auto_pad and ceil_mode,
-// count_include_pad both ways, the global pools, and kiln's NHWC forms of each.
+// count_include_pad both ways, the global pools, and kiln's NHWC forms of each; in float32, and
+// in float16 and bfloat16 (the types cuda.precision gives a reduced node).
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -153,7 +154,7 @@ TEST(CudaPool, MaxPoolNaNLosesToNumbers) {
                "kiln.pool"));
 }
 
-// MaxPool's Indices output is the host's, and so is integer MaxPool.
+// MaxPool's Indices output is the host's, and so are integer and float64 MaxPool.
 TEST(CudaPool, MaxPoolIndicesAndIntegersAreNotTaken) {
   BuilderConfig config;
   ASSERT_TRUE(config.setBuildRoute("").isOk());
@@ -169,6 +170,12 @@ TEST(CudaPool, MaxPoolIndicesAndIntegersAreNotTaken) {
       config);
   ASSERT_TRUE(int8.isOk()) << int8.status().toString();
   EXPECT_EQ(cudaTacticOf(*int8, "MaxPool"), "host.reference");
+  auto wide = buildCuda(
+      makeSingleOpGraph("MaxPool", {runtime(uniform({1, 2, 4, 4}, 312).castTo(DType::kFloat64))},
+                        attributes),
+      config);
+  ASSERT_TRUE(wide.isOk()) << wide.status().toString();
+  EXPECT_EQ(cudaTacticOf(*wide, "MaxPool"), "host.reference");
 }
 
 // --- Global pools ------------------------------------------------------------------------------
@@ -227,6 +234,89 @@ TEST(CudaPool, NhwcPoolsMatchTheReference) {
     ASSERT_TRUE(build.isOk()) << build.status().toString();
     ASSERT_EQ(build->plan.steps().size(), 1u);
     EXPECT_EQ(build->plan.steps()[0]->layout, "nhwc");
+  }
+}
+
+// --- float16 and bfloat16 ---------------------------------------------------------------------
+
+// The same cases in a reduced type. float16 cases give the node a float16 x: a maximum is one of
+// the inputs (exact); an average is a float sum rounded once, against the reference's double
+// rounded once. ONNX has no bfloat16 pools before opset 22 (nor does the reference executor), so
+// bfloat16 cases keep a float32 x and let cuda.precision=bf16 make the node bfloat16 between
+// casts, and compare with the float32 reference (the input's rounding counts too).
+struct ReducedType {
+  DType dtype;
+  const char* name;
+  double tolerance;  // for averages, and for anything through cuda.precision
+  bool direct;       // x in the type; else through cuda.precision
+};
+const ReducedType kReducedTypes[] = {{DType::kFloat16, "fp16", 1e-2, true},
+                                     {DType::kBFloat16, "bf16", 5e-2, false}};
+
+CudaOpCase reducedPoolCase(const ReducedType& t, std::string op, const Tensor& x,
+                           CudaAttributes attributes, std::string tactic, std::string domain = "") {
+  CudaOpCase c = poolCase(std::move(op), t.direct ? x.castTo(t.dtype) : x, std::move(attributes),
+                          std::move(tactic), 18, std::move(domain));
+  if (!t.direct) c.route = std::string("-cuda.precision=") + t.name;
+  if (!t.direct || c.opType.find("Max") == std::string::npos) {
+    c.rtol = t.tolerance;
+    c.atol = t.tolerance;
+  }
+  return c;
+}
+
+TEST(CudaPool, ReducedTypesEveryWindow) {
+  unsigned seed = 600;
+  for (const ReducedType& t : kReducedTypes) {
+    for (const Window& w : windows()) {
+      SCOPED_TRACE(std::string(t.name) + " " + w.name);
+      expectCudaMatchesReference(
+          reducedPoolCase(t, "MaxPool", uniform(w.x, seed++), w.attributes, "kiln.pool"));
+      if (w.attributes.count("dilations")) continue;  // AveragePool takes them from opset 19
+      for (int64_t include : {0, 1}) {
+        CudaAttributes attributes = w.attributes;
+        attributes["count_include_pad"] = intAttr(include);
+        expectCudaMatchesReference(
+            reducedPoolCase(t, "AveragePool", uniform(w.x, seed++), attributes, "kiln.pool"));
+      }
+    }
+  }
+}
+
+TEST(CudaPool, ReducedTypesGlobalPools) {
+  const std::vector<Shape> shapes = {{2, 3, 7, 9}, {2, 3, 5}, {1, 2, 40, 50}};
+  unsigned seed = 700;
+  for (const ReducedType& t : kReducedTypes) {
+    for (const char* op : {"GlobalAveragePool", "GlobalMaxPool"}) {
+      for (const Shape& shape : shapes) {
+        SCOPED_TRACE(std::string(t.name) + " " + op + " " + shape.toString());
+        expectCudaMatchesReference(
+            reducedPoolCase(t, op, uniform(shape, seed++), {}, "kiln.global_pool"));
+      }
+    }
+  }
+}
+
+TEST(CudaPool, ReducedTypesNhwcPools) {
+  const CudaAttributes window = {{"kernel_shape", intsAttr({3, 3})},
+                                 {"strides", intsAttr({2, 2})},
+                                 {"pads", intsAttr({1, 0, 1, 1})}};
+  CudaAttributes includePad = window;
+  includePad["count_include_pad"] = intAttr(1);
+  const std::vector<NhwcCase> cases = {
+      {"NhwcMaxPool", {2, 9, 11, 8}, window, "kiln.pool"},
+      {"NhwcAveragePool", {2, 9, 11, 3}, window, "kiln.pool"},
+      {"NhwcAveragePool", {2, 9, 11, 5}, includePad, "kiln.pool"},
+      {"NhwcGlobalAveragePool", {2, 7, 9, 16}, {}, "kiln.global_pool"},
+      {"NhwcGlobalMaxPool", {2, 7, 9, 5}, {}, "kiln.global_pool"},
+  };
+  unsigned seed = 800;
+  for (const ReducedType& t : kReducedTypes) {
+    for (const NhwcCase& n : cases) {
+      SCOPED_TRACE(std::string(t.name) + " " + n.op + " " + n.x.toString());
+      expectCudaMatchesReference(
+          reducedPoolCase(t, n.op, uniform(n.x, seed++), n.attributes, n.tactic, ir::kKilnDomain));
+    }
   }
 }
 

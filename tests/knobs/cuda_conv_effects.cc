@@ -1,6 +1,7 @@
 // Effects of the CUDA convolution knobs (kernels/conv_steps.cc): the kernel source, cuDNN's
-// engine choice and where the epilogue runs. Lowering names the choice in the step's tactic, so
-// the differences show without a GPU; outputs are compared where one is present.
+// engine choice and where the epilogue runs, and what cuda.precision does to a convolution.
+// Lowering names the choice in the step's tactic and precision, so the differences show without
+// a GPU; outputs are compared where one is present.
 #if KILN_HAVE_CUDA
 #include <gtest/gtest.h>
 
@@ -57,6 +58,39 @@ KILN_KNOB_EFFECT({
         [](const BuildSnapshot& base, const BuildSnapshot& changed) {
           EXPECT_EQ(base.layer("conv").tactic, "cudnn");
           EXPECT_EQ(changed.layer("conv").tactic, "cudnn+epilogue");
+        },
+});
+
+KILN_KNOB_EFFECT({
+    .knob = "cuda.precision",
+    .value = "fp16",
+    .shows = "the Conv stays on cuDNN but reads and writes float16 (float math, tensor cores), "
+             "with casts at its input and output",
+    .backend = "cuda",
+    .graph = convWithBias,
+    .tolerance = 2e-2,
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.layer("conv").precision, "fp32");
+          EXPECT_EQ(changed.layer("conv").precision, "fp16");
+          EXPECT_EQ(changed.layer("conv").tactic, "cudnn");
+          EXPECT_EQ(changed.layersOf("Cast").size(), 2u);
+        },
+});
+
+KILN_KNOB_EFFECT({
+    .knob = "cuda.precision",
+    .value = "tf32",
+    .shows = "the Conv's cuDNN engines may use TF32 tensor cores; no types change",
+    .backend = "cuda",
+    .graph = convWithBias,
+    .tolerance = 1e-2,
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.layer("conv").precision, "fp32");
+          EXPECT_EQ(changed.layer("conv").precision, "tf32");
+          EXPECT_EQ(changed.layer("conv").tactic, "cudnn");
+          EXPECT_FALSE(changed.hasOp("Cast"));
         },
 });
 

@@ -1,6 +1,7 @@
 // Effects of the CUDA normalisation knobs (kernels/norm_steps.cc): which row kernel a Softmax
-// over contiguous rows takes. Lowering names it in the step's tactic, so the difference shows
-// without a GPU; outputs are compared where one is present.
+// over contiguous rows takes, and a normalisation run in the reduced type. Lowering names them
+// in the step's tactic and precision, so the differences show without a GPU; outputs are
+// compared where one is present.
 #if KILN_HAVE_CUDA
 #include <gtest/gtest.h>
 
@@ -44,6 +45,34 @@ KILN_KNOB_EFFECT({
         [](const BuildSnapshot& base, const BuildSnapshot& changed) {
           EXPECT_EQ(base.layer("softmax").tactic, "kiln.softmax.warp");
           EXPECT_EQ(changed.layer("softmax").tactic, "kiln.softmax.block");
+        },
+});
+
+// x [6, 32] -> LayerNormalization over the last axis.
+ir::Graph layerNorm() {
+  GraphSketch g;
+  g.output(g.node("LayerNormalization",
+                  {g.input("x", {6, 32}), g.weight("gamma", {32}), g.weight("beta", {32})},
+                  {{"axis", ir::Attribute{int64_t{-1}}}}, "ln"));
+  return g.take();
+}
+
+KILN_KNOB_EFFECT({
+    .knob = "cuda.precision.norm_fp32",
+    .value = "off",
+    .shows = "under fp16 the LayerNormalization runs kiln's row kernel on float16 data (float "
+             "math) between two casts, instead of staying float32",
+    .backend = "cuda",
+    .graph = layerNorm,
+    .baseRoute = "-cuda.precision=fp16 -cuda.host_fallback=off",
+    .tolerance = 2e-2,
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.layer("ln").precision, "fp32");
+          EXPECT_FALSE(base.hasOp("Cast"));
+          EXPECT_EQ(changed.layer("ln").precision, "fp16");
+          EXPECT_EQ(changed.layer("ln").tactic, "kiln.layernorm");
+          EXPECT_EQ(changed.layersOf("Cast").size(), 2u);
         },
 });
 

@@ -1,8 +1,13 @@
-// kiln.Attention's row softmax (attention.h), with the mask added on the way: one warp per row
-// for rows of up to 1024 keys (four rows a block), one 512-thread block per row beyond. Each
-// thread keeps to the same columns through the three passes (mask and maximum, sum, normalise),
-// so the masked scores it writes in the first pass are its own to read in the next.
-// Accumulation is in float with the precise expf, as the Softmax kernels (norm.cu).
+// kiln.Attention's row softmax (attention.h), with the mask added on the way. Rows of up to 1024
+// keys take one warp each (four rows a block) and keep the row in registers (kPerLane scores a
+// lane, the smallest of 4, 8, 16, 32 that covers the row): the scores are read once and the
+// probabilities written once. Longer rows take one 512-thread block each and three passes over
+// the float scores (mask and maximum, sum, normalise); each thread keeps to the same columns
+// through the passes, so the masked scores it writes in the first pass are its own to read in the
+// next. Arithmetic is float with the precise expf, as the Softmax kernels (norm.cu); the mask and
+// the probabilities are float32, float16 or bfloat16, loaded into float and rounded once.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -18,8 +23,27 @@ constexpr int kWarpSize = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kWarpRowThreads = 128;
 constexpr int kBlockRowThreads = 512;
-constexpr int64_t kWarpRowLimit = 1024;
+constexpr int64_t kWarpRowLimit = 1024;           // 32 scores a lane
 constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // the row loops cover the rest
+
+__device__ __forceinline__ float toFloat(float v) { return v; }
+__device__ __forceinline__ float toFloat(__half v) { return __half2float(v); }
+__device__ __forceinline__ float toFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T>
+__device__ __forceinline__ T fromFloat(float v);
+template <>
+__device__ __forceinline__ float fromFloat<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __half fromFloat<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 fromFloat<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
 
 struct SumOp {
   __device__ static float identity() { return 0.0f; }
@@ -54,57 +78,97 @@ __device__ __forceinline__ float blockReduce(float value, Op op, float* shared) 
   return warpReduce(value, op);
 }
 
-template <bool kWarpPerRow, typename Op>
-__device__ __forceinline__ float rowReduce(float value, Op op, float* shared) {
-  if constexpr (kWarpPerRow) {
-    return warpReduce(value, op);
-  } else {
-    return blockReduce(value, op, shared);
+// The mask row of flat score row `row` (null without a mask).
+template <typename T>
+__device__ __forceinline__ const T* maskRow(const AttentionSoftmaxArgs& args, int64_t row) {
+  if (!args.mask) return nullptr;
+  const int64_t b = row / args.sq;
+  const int64_t i = row - b * args.sq;
+  return static_cast<const T*>(args.mask) + args.maskBatchOffsets[b] + i * args.maskRowStride;
+}
+
+// One warp a row, the row in registers. A warp's row is the same for all its lanes, so whole
+// warps enter and leave the row loop together, as the shuffles need.
+template <typename T, int kPerLane>
+__global__ void __launch_bounds__(kWarpRowThreads) warpSoftmaxKernel(AttentionSoftmaxArgs args) {
+  constexpr int kRowsPerBlock = kWarpRowThreads / kWarpSize;
+  const int64_t rows = args.batch * args.sq;
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock +
+                        static_cast<int64_t>(threadIdx.x) / kWarpSize;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
+  const int64_t width = args.skv;
+  for (int64_t row = first; row < rows; row += step) {
+    const float* scores = args.scores + row * args.scoresPitch;
+    const T* mask = maskRow<T>(args, row);
+    float v[kPerLane];
+    float max = MaxOp::identity();
+#pragma unroll
+    for (int t = 0; t < kPerLane; ++t) {
+      const int64_t j = lane + t * kWarpSize;
+      float score = -INFINITY;
+      if (j < width) {
+        score = scores[j];
+        if (mask) score += toFloat(mask[j * args.maskColumnStride]);
+        max = fmaxf(max, score);
+      }
+      v[t] = score;
+    }
+    max = warpReduce(max, MaxOp());
+    // Subtracting the maximum keeps expf from overflowing; a row of -inf gives NaN (-inf - -inf),
+    // as the reference and the unfused Softmax do.
+    float sum = 0.0f;
+#pragma unroll
+    for (int t = 0; t < kPerLane; ++t) {
+      if (lane + t * kWarpSize < width) {
+        v[t] = expf(v[t] - max);
+        sum += v[t];
+      }
+    }
+    sum = warpReduce(sum, SumOp());
+    T* out = static_cast<T*>(args.probabilities) + row * args.probabilitiesPitch;
+#pragma unroll
+    for (int t = 0; t < kPerLane; ++t) {
+      const int64_t j = lane + t * kWarpSize;
+      if (j < width) {
+        float p = v[t] / sum;
+        if (args.nanToZero && isnan(p)) p = 0.0f;
+        out[j] = fromFloat<T>(p);
+      }
+    }
   }
 }
 
-// A warp's (or the block's) row is the same for all its threads, so whole warps (blocks) enter
-// and leave the row loop together, as the shuffles and barriers need.
-template <bool kWarpPerRow>
-__global__ void __launch_bounds__(kWarpPerRow ? kWarpRowThreads : kBlockRowThreads)
-    attentionSoftmaxKernel(AttentionSoftmaxArgs args) {
+// One block a row, three passes over the float scores (which hold the masked scores after the
+// first). The block's row is the same for all its threads, as the barriers need.
+template <typename T>
+__global__ void __launch_bounds__(kBlockRowThreads) blockSoftmaxKernel(AttentionSoftmaxArgs args) {
   __shared__ float shared[kWarpSize];
   const int64_t rows = args.batch * args.sq;
-  const int rowsPerBlock = kWarpPerRow ? static_cast<int>(blockDim.x) / kWarpSize : 1;
-  const int lane =
-      kWarpPerRow ? static_cast<int>(threadIdx.x) % kWarpSize : static_cast<int>(threadIdx.x);
-  const int size = kWarpPerRow ? kWarpSize : static_cast<int>(blockDim.x);
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * rowsPerBlock +
-                        (kWarpPerRow ? static_cast<int64_t>(threadIdx.x) / kWarpSize : 0);
-  const int64_t step = static_cast<int64_t>(gridDim.x) * rowsPerBlock;
+  const int thread = static_cast<int>(threadIdx.x);
+  const int size = static_cast<int>(blockDim.x);
   const int64_t width = args.skv;
-  for (int64_t row = first; row < rows; row += step) {
-    float* scores = args.scores + row * width;
-    const float* mask = nullptr;
-    if (args.mask) {
-      const int64_t b = row / args.sq;
-      const int64_t i = row - b * args.sq;
-      mask = args.mask + args.maskBatchOffsets[b] + i * args.maskRowStride;
-    }
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    float* scores = args.scores + row * args.scoresPitch;
+    const T* mask = maskRow<T>(args, row);
     float max = MaxOp::identity();
-    for (int64_t j = lane; j < width; j += size) {
+    for (int64_t j = thread; j < width; j += size) {
       float score = scores[j];
       if (mask) {
-        score += mask[j * args.maskColumnStride];
+        score += toFloat(mask[j * args.maskColumnStride]);
         scores[j] = score;
       }
       max = fmaxf(max, score);
     }
-    max = rowReduce<kWarpPerRow>(max, MaxOp(), shared);
-    // Subtracting the maximum keeps expf from overflowing; a row of -inf gives NaN (-inf - -inf),
-    // as the reference and the unfused Softmax do.
+    max = blockReduce(max, MaxOp(), shared);
     float sum = 0.0f;
-    for (int64_t j = lane; j < width; j += size) sum += expf(scores[j] - max);
-    sum = rowReduce<kWarpPerRow>(sum, SumOp(), shared);
-    for (int64_t j = lane; j < width; j += size) {
+    for (int64_t j = thread; j < width; j += size) sum += expf(scores[j] - max);
+    sum = blockReduce(sum, SumOp(), shared);
+    T* out = static_cast<T*>(args.probabilities) + row * args.probabilitiesPitch;
+    for (int64_t j = thread; j < width; j += size) {
       float p = expf(scores[j] - max) / sum;
       if (args.nanToZero && isnan(p)) p = 0.0f;
-      scores[j] = p;
+      out[j] = fromFloat<T>(p);
     }
   }
 }
@@ -113,18 +177,38 @@ unsigned blocksFor(int64_t count, int64_t perBlock) {
   return static_cast<unsigned>(std::min<int64_t>((count + perBlock - 1) / perBlock, kMaxBlocks));
 }
 
+template <typename T, int kPerLane>
+cudaError_t launchWarpRows(const AttentionSoftmaxArgs& args, int64_t rows, cudaStream_t stream) {
+  warpSoftmaxKernel<T, kPerLane>
+      <<<blocksFor(rows, kWarpRowThreads / kWarpSize), kWarpRowThreads, 0, stream>>>(args);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launchTyped(const AttentionSoftmaxArgs& args, cudaStream_t stream) {
+  const int64_t rows = args.batch * args.sq;
+  if (args.skv <= 4 * kWarpSize) return launchWarpRows<T, 4>(args, rows, stream);
+  if (args.skv <= 8 * kWarpSize) return launchWarpRows<T, 8>(args, rows, stream);
+  if (args.skv <= 16 * kWarpSize) return launchWarpRows<T, 16>(args, rows, stream);
+  if (args.skv <= kWarpRowLimit) return launchWarpRows<T, 32>(args, rows, stream);
+  blockSoftmaxKernel<T><<<blocksFor(rows, 1), kBlockRowThreads, 0, stream>>>(args);
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 cudaError_t launchAttentionSoftmax(const AttentionSoftmaxArgs& args, cudaStream_t stream) {
   const int64_t rows = args.batch * args.sq;
   if (rows <= 0 || args.skv <= 0) return cudaSuccess;
-  if (args.skv <= kWarpRowLimit) {
-    attentionSoftmaxKernel<true>
-        <<<blocksFor(rows, kWarpRowThreads / kWarpSize), kWarpRowThreads, 0, stream>>>(args);
-  } else {
-    attentionSoftmaxKernel<false><<<blocksFor(rows, 1), kBlockRowThreads, 0, stream>>>(args);
+  switch (args.type) {
+    case kGemmFloat32:
+      return launchTyped<float>(args, stream);
+    case kGemmFloat16:
+      return launchTyped<__half>(args, stream);
+    case kGemmBFloat16:
+      return launchTyped<__nv_bfloat16>(args, stream);
   }
-  return cudaGetLastError();
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace kiln::cuda

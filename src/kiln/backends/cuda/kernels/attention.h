@@ -1,23 +1,32 @@
 // kiln.Attention's row softmax on the GPU (attention.cu): the step between the two matrix
-// products of the unfused attention (attention_steps.cc), over the scores scale * Q · K' the
-// first product left in the workspace.
+// products of the unfused attention (attention_steps.cc), over the float32 scores
+// scale * Q · K' the first product left in the workspace.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
+#include "kiln/backends/cuda/kernels/gemm.h"
+
 namespace kiln::cuda {
 
-// Every row of `scores` ([batch * sq, skv], row-major, in place) becomes
+// Every row of `scores` ([batch * sq, skv], row-major, float32, rows scoresPitch elements apart)
+// becomes
 //   p = softmax(row + mask row)       (max-subtracted; NaN scores do not raise the maximum)
-// and, with nanToZero, a NaN p becomes 0. The mask element of (batch entry b, query row i, key
-// j) is mask[maskBatchOffsets[b] + i * maskRowStride + j * maskColumnStride]; `mask` null means
-// none. maskBatchOffsets is device memory of `batch` entries.
+// computed in float and written to the same row of `probabilities` ([batch * sq, skv] of `type`,
+// rows probabilitiesPitch elements apart; for float32 it may be `scores` itself, with the same
+// pitch); with nanToZero, a NaN p becomes 0. `scores` is scratch the kernel may overwrite. The mask
+// (of `type`) element of (batch entry b, query row i, key j) is mask[maskBatchOffsets[b] + i *
+// maskRowStride + j * maskColumnStride]; `mask` null means none. maskBatchOffsets is device memory
+// of `batch` entries.
 struct AttentionSoftmaxArgs {
   float* scores = nullptr;
+  void* probabilities = nullptr;
+  GemmType type = kGemmFloat32;
   int64_t batch = 0, sq = 0, skv = 0;
-  const float* mask = nullptr;
+  int64_t scoresPitch = 0, probabilitiesPitch = 0;
+  const void* mask = nullptr;
   const int64_t* maskBatchOffsets = nullptr;
   int64_t maskRowStride = 0, maskColumnStride = 0;
   bool nanToZero = false;

@@ -1,10 +1,21 @@
 // kiln.Attention (src/kiln/ir/ops/attention.h) on the GPU, unfused: the scores
-// scale * Q · K' of every batch entry as one strided-batch MatrixProduct into the workspace, the
-// masked row softmax in place (attention.cu), then P · V as a second batched product into the
-// output. Both products follow the node's cuda.gemm.source and cuda.gemm.algo; they have no
-// epilogue. float32, every attribute (scale, transpose_k, nan_to_zero) and mask shape the
-// reference takes. Tactic "kiln.attention.unfused".
+// scale * Q · K' of every batch entry as one strided-batch MatrixProduct into float32 scores in
+// the workspace, the masked row softmax (attention.cu) into the probabilities P, then P · V as a
+// second batched product into the output. Both products follow the node's cuda.gemm.source and
+// cuda.gemm.algo; they have no epilogue. Every attribute (scale, transpose_k, nan_to_zero) and
+// mask shape the reference takes. Tactic "kiln.attention.unfused".
+//
+// Q, K, V, the mask and the output are float32, float16 or bfloat16 (all one type). In float32 the
+// softmax works in place (P is the scores). In float16 / bfloat16 both products take the reduced
+// operands with float32 accumulation (cuBLASLt's CUBLAS_COMPUTE_32F); the first writes float32
+// scores, so the softmax sees the sums unrounded, and writes P in the reduced type, in its own
+// range of the workspace, for the second.
+//
+// The rows of the scores and of P are padded to 16 bytes (4 floats, 8 halves), so that every row
+// cuBLASLt writes or reads starts 16-byte aligned whatever Skv is (ViT's 197, Swin's 49), as its
+// fastest tensor-core kernels want.
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "kiln/backends/cuda/kernels/attention.h"
@@ -20,8 +31,15 @@ constexpr int64_t kAlignment = 256;
 
 int64_t alignUp(int64_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 
+// Elements from one row of `skv` elements of `type` to the next: a whole number of 16 bytes.
+int64_t rowPitch(int64_t skv, GemmType type) {
+  const int64_t perPack = 16 / gemmTypeBytes(type);
+  return (skv + perPack - 1) / perPack * perPack;
+}
+
 // scores[b] = scale * Q[b] · K'[b]: Q [Sq, D]; K' [D, Skv] as stored, or K [Skv, D] transposed.
-ProductShape scoresShape(const ir::AttentionGeometry& g) {
+// The scores are float32 whatever the operands' type.
+ProductShape scoresShape(const ir::AttentionGeometry& g, GemmType type) {
   return {.m = g.sq,
           .n = g.skv,
           .k = g.d,
@@ -30,27 +48,39 @@ ProductShape scoresShape(const ir::AttentionGeometry& g) {
           .batch = g.batch,
           .strideA = g.sq * g.d,
           .strideB = g.skv * g.d,
-          .strideC = g.sq * g.skv};
+          .strideC = g.sq * rowPitch(g.skv, kGemmFloat32),
+          .inputType = type,
+          .outputType = kGemmFloat32,
+          .ldc = rowPitch(g.skv, kGemmFloat32)};
 }
 
 // Y[b] = P[b] · V[b]: P [Sq, Skv], V [Skv, Dv].
-ProductShape valuesShape(const ir::AttentionGeometry& g) {
+ProductShape valuesShape(const ir::AttentionGeometry& g, GemmType type) {
   return {.m = g.sq,
           .n = g.dv,
           .k = g.skv,
           .batch = g.batch,
-          .strideA = g.sq * g.skv,
+          .strideA = g.sq * rowPitch(g.skv, type),
           .strideB = g.skv * g.dv,
-          .strideC = g.sq * g.dv};
+          .strideC = g.sq * g.dv,
+          .inputType = type,
+          .outputType = type,
+          .lda = rowPitch(g.skv, type)};
 }
 
 class AttentionStep final : public Step {
  public:
-  AttentionStep(ir::AttentionGeometry geometry, const ProductOptions& options)
+  AttentionStep(ir::AttentionGeometry geometry, GemmType type, const ProductOptions& options)
       : g_(std::move(geometry)),
-        scores_(scoresShape(g_), options, GemmEpilogue{}, false),
-        values_(valuesShape(g_), options, GemmEpilogue{}, false),
-        scoresBytes_(alignUp(g_.batch * g_.sq * g_.skv * static_cast<int64_t>(sizeof(float)))) {
+        type_(type),
+        scores_(scoresShape(g_, type), options, GemmEpilogue{}, false),
+        values_(valuesShape(g_, type), options, GemmEpilogue{}, false),
+        scoresBytes_(alignUp(g_.batch * g_.sq * rowPitch(g_.skv, kGemmFloat32) *
+                             static_cast<int64_t>(sizeof(float)))),
+        probabilitiesBytes_(
+            type == kGemmFloat32
+                ? 0
+                : alignUp(g_.batch * g_.sq * rowPitch(g_.skv, type) * gemmTypeBytes(type))) {
     tactic = "kiln.attention.unfused";
   }
 
@@ -64,16 +94,19 @@ class AttentionStep final : public Step {
                                  cudaMemcpyHostToDevice));
       maskOffsets_ = reinterpret_cast<const int64_t*>(offsets);
     }
-    // The scores live in the workspace, which does not exist yet: timing uses scratch for them.
-    KILN_RETURN_IF_ERROR(scores_.prepare(prepare, c.data<float>(*inputs[0]),
-                                         c.data<float>(*inputs[1]), nullptr, nullptr));
-    KILN_RETURN_IF_ERROR(values_.prepare(prepare, nullptr, c.data<float>(*inputs[2]),
-                                         c.data<float>(*outputs[0]), nullptr));
+    // The scores and probabilities live in the workspace, which does not exist yet: timing uses
+    // scratch for them.
+    KILN_RETURN_IF_ERROR(
+        scores_.prepare(prepare, c.address(*inputs[0]), c.address(*inputs[1]), nullptr, nullptr));
+    KILN_RETURN_IF_ERROR(
+        values_.prepare(prepare, nullptr, c.address(*inputs[2]), c.address(*outputs[0]), nullptr));
     return Status::ok();
   }
 
+  // [scores (float32) | probabilities (reduced types only) | cuBLASLt's workspace].
   int64_t workspaceBytes() const override {
-    return scoresBytes_ + std::max(scores_.workspaceBytes(), values_.workspaceBytes());
+    return scoresBytes_ + probabilitiesBytes_ +
+           std::max(scores_.workspaceBytes(), values_.workspaceBytes());
   }
 
   Status enqueue(const Context& context) const override {
@@ -82,18 +115,24 @@ class AttentionStep final : public Step {
                            context.workspaceBytes);
     }
     float* scores = reinterpret_cast<float*>(context.workspace);
-    std::byte* ltWorkspace = context.workspace ? context.workspace + scoresBytes_ : nullptr;
-    const int64_t ltBytes = context.workspaceBytes - scoresBytes_;
-    KILN_RETURN_IF_ERROR(scores_.enqueue(context, ltWorkspace, ltBytes,
-                                         context.data<float>(*inputs[0]),
-                                         context.data<float>(*inputs[1]), scores, nullptr));
+    void* probabilities =
+        probabilitiesBytes_ > 0 ? static_cast<void*>(context.workspace + scoresBytes_) : scores;
+    const int64_t ltOffset = scoresBytes_ + probabilitiesBytes_;
+    std::byte* ltWorkspace = context.workspace ? context.workspace + ltOffset : nullptr;
+    const int64_t ltBytes = context.workspaceBytes - ltOffset;
+    KILN_RETURN_IF_ERROR(scores_.enqueue(context, ltWorkspace, ltBytes, context.address(*inputs[0]),
+                                         context.address(*inputs[1]), scores, nullptr));
     AttentionSoftmaxArgs softmax;
     softmax.scores = scores;
+    softmax.probabilities = probabilities;
+    softmax.type = type_;
     softmax.batch = g_.batch;
     softmax.sq = g_.sq;
     softmax.skv = g_.skv;
+    softmax.scoresPitch = rowPitch(g_.skv, kGemmFloat32);
+    softmax.probabilitiesPitch = rowPitch(g_.skv, type_);
     if (g_.hasMask) {
-      softmax.mask = context.data<float>(*inputs[3]);
+      softmax.mask = context.address(*inputs[3]);
       softmax.maskBatchOffsets = maskOffsets_;
       softmax.maskRowStride = g_.maskRowStride;
       softmax.maskColumnStride = g_.maskColumnStride;
@@ -101,33 +140,38 @@ class AttentionStep final : public Step {
     softmax.nanToZero = g_.nanToZero;
     KILN_RETURN_IF_ERROR(
         cudaStatus(launchAttentionSoftmax(softmax, context.stream), "the attention softmax"));
-    return values_.enqueue(context, ltWorkspace, ltBytes, scores, context.data<float>(*inputs[2]),
-                           context.data<float>(*outputs[0]), nullptr);
+    return values_.enqueue(context, ltWorkspace, ltBytes, probabilities,
+                           context.address(*inputs[2]), context.address(*outputs[0]), nullptr);
   }
 
  private:
   const ir::AttentionGeometry g_;
+  const GemmType type_;
   MatrixProduct scores_;
   MatrixProduct values_;
   const int64_t scoresBytes_;
+  const int64_t probabilitiesBytes_;
   const int64_t* maskOffsets_ = nullptr;  // device copy of g_.maskBatchOffsets
 };
 
-bool allFloat32(const ir::Node& node) {
+// The storage type Q, K, V, the mask and the output share, if the products take it.
+std::optional<GemmType> sharedType(const ir::Node& node) {
+  if (node.outputs.size() != 1 || !node.outputs[0]) return std::nullopt;
+  const ir::DType dtype = node.outputs[0]->dtype;
   for (const ir::Value* v : node.inputs) {
-    if (v && v->dtype != ir::DType::kFloat32) return false;
+    if (v && v->dtype != dtype) return std::nullopt;
   }
-  return node.outputs.size() == 1 && node.outputs[0] &&
-         node.outputs[0]->dtype == ir::DType::kFloat32;
+  return gemmTypeOf(dtype);
 }
 
 std::unique_ptr<Step> makeAttentionStep(const ir::Node& node, const knobs::Route& route) {
-  if (node.domain != ir::kKilnDomain || node.opType != "Attention" || !allFloat32(node)) {
-    return nullptr;
-  }
+  if (node.domain != ir::kKilnDomain || node.opType != "Attention") return nullptr;
+  const std::optional<GemmType> type = sharedType(node);
+  if (!type) return nullptr;
   auto geometry = ir::attentionGeometry(node);
   if (!geometry.isOk()) return nullptr;
-  return std::make_unique<AttentionStep>(std::move(*geometry), productOptionsFor(node, route));
+  return std::make_unique<AttentionStep>(std::move(*geometry), *type,
+                                         productOptionsFor(node, route));
 }
 
 const int kRegistered = registerStepFactory(kRankAttention, "attention", makeAttentionStep);

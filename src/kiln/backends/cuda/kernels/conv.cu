@@ -1,6 +1,9 @@
 // kiln's own convolution kernels (conv.h): the direct convolution with its fused epilogue, the
 // epilogue alone, and the NhwcConv weight reorder. Simple and obviously correct first: one
-// thread per output element, float accumulation, every index in int64.
+// thread per output element, float accumulation (float16 and bfloat16 elements are loaded into
+// float and rounded once when stored), every index in int64.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -16,6 +19,37 @@ constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // grid-stride loops cover the
 
 int64_t blocksFor(int64_t count) {
   return std::min<int64_t>((count + kThreads - 1) / kThreads, kMaxBlocks);
+}
+
+__device__ __forceinline__ float load(float value) { return value; }
+__device__ __forceinline__ float load(__half value) { return __half2float(value); }
+__device__ __forceinline__ float load(__nv_bfloat16 value) { return __bfloat162float(value); }
+
+__device__ __forceinline__ void store(float* at, float value) { *at = value; }
+__device__ __forceinline__ void store(__half* at, float value) { *at = __float2half_rn(value); }
+__device__ __forceinline__ void store(__nv_bfloat16* at, float value) {
+  *at = __float2bfloat16_rn(value);
+}
+
+template <typename T>
+struct Tag {
+  using type = T;
+};
+
+// Calls fn(Tag<T>{}) with the element type T of `type`; cudaErrorInvalidValue for a type the
+// kernels do not take.
+template <typename Fn>
+cudaError_t dispatch(ElementType type, Fn fn) {
+  switch (type) {
+    case ElementType::kFloat32:
+      return fn(Tag<float>{});
+    case ElementType::kFloat16:
+      return fn(Tag<__half>{});
+    case ElementType::kBFloat16:
+      return fn(Tag<__nv_bfloat16>{});
+    default:
+      return cudaErrorInvalidValue;
+  }
 }
 
 // std::min and std::max as the reference evaluates them (so a NaN argument picks the same side).
@@ -94,17 +128,16 @@ __global__ void directConvKernel(ConvGeometry g, const T* __restrict__ x, const 
           const T* xTap = xImage + id * g.xStrides[2] + ih * g.xStrides[3] + iw * g.xStrides[4];
           const T* wTap = wFilter + kd * g.wStrides[2] + kh * g.wStrides[3] + kw * g.wStrides[4];
           for (int64_t c = 0; c < groupChannels; ++c) {
-            sum += static_cast<float>(xTap[c * g.xStrides[1]]) *
-                   static_cast<float>(wTap[c * g.wStrides[1]]);
+            sum += load(xTap[c * g.xStrides[1]]) * load(wTap[c * g.wStrides[1]]);
           }
         }
       }
     }
-    if (bias) sum += static_cast<float>(bias[m]);
+    if (bias) sum += load(bias[m]);
     const int64_t at = n * g.yStrides[0] + m * g.yStrides[1] + o[0] * g.yStrides[2] +
                        o[1] * g.yStrides[3] + o[2] * g.yStrides[4];
-    if (residual) sum += static_cast<float>(residual[at]);
-    y[at] = static_cast<T>(activate(sum, epilogue));
+    if (residual) sum += load(residual[at]);
+    store(y + at, activate(sum, epilogue));
   }
 }
 
@@ -114,10 +147,10 @@ __global__ void convEpilogueKernel(T* __restrict__ y, const T* __restrict__ bias
                                    int64_t inner, ConvEpilogue epilogue) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    float value = static_cast<float>(y[i]);
-    if (bias) value += static_cast<float>(bias[i / inner % channels]);
-    if (residual) value += static_cast<float>(residual[i]);
-    y[i] = static_cast<T>(activate(value, epilogue));
+    float value = load(y[i]);
+    if (bias) value += load(bias[i / inner % channels]);
+    if (residual) value += load(residual[i]);
+    store(y + i, activate(value, epilogue));
   }
 }
 
@@ -137,33 +170,57 @@ __global__ void hwioToOhwiKernel(const T* __restrict__ hwio, T* __restrict__ ohw
 
 }  // namespace
 
-cudaError_t launchDirectConv(const ConvGeometry& geometry, const float* x, const float* w,
-                             const float* bias, const float* residual, float* y,
+bool convSupported(ElementType type) {
+  return type == ElementType::kFloat32 || type == ElementType::kFloat16 ||
+         type == ElementType::kBFloat16;
+}
+
+cudaError_t launchDirectConv(const ConvGeometry& geometry, ElementType type, const void* x,
+                             const void* w, const void* bias, const void* residual, void* y,
                              ConvEpilogue epilogue, cudaStream_t stream) {
   const int64_t total =
       geometry.batch * geometry.outChannels * geometry.out[0] * geometry.out[1] * geometry.out[2];
   if (total <= 0) return cudaSuccess;
-  directConvKernel<float><<<static_cast<unsigned>(blocksFor(total)), kThreads, 0, stream>>>(
-      geometry, x, w, bias, residual, y, epilogue, total);
-  return cudaGetLastError();
+  return dispatch(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    directConvKernel<T><<<static_cast<unsigned>(blocksFor(total)), kThreads, 0, stream>>>(
+        geometry, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
+        static_cast<const T*>(residual), static_cast<T*>(y), epilogue, total);
+    return cudaGetLastError();
+  });
 }
 
-cudaError_t launchConvEpilogue(float* y, const float* bias, const float* residual, int64_t count,
-                               int64_t channels, int64_t inner, ConvEpilogue epilogue,
-                               cudaStream_t stream) {
+cudaError_t launchConvEpilogue(ElementType type, void* y, const void* bias, const void* residual,
+                               int64_t count, int64_t channels, int64_t inner,
+                               ConvEpilogue epilogue, cudaStream_t stream) {
   if (count <= 0) return cudaSuccess;
   if (bias && (channels <= 0 || inner <= 0)) return cudaErrorInvalidValue;
-  convEpilogueKernel<float><<<static_cast<unsigned>(blocksFor(count)), kThreads, 0, stream>>>(
-      y, bias, residual, count, channels, inner, epilogue);
-  return cudaGetLastError();
+  return dispatch(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    convEpilogueKernel<T><<<static_cast<unsigned>(blocksFor(count)), kThreads, 0, stream>>>(
+        static_cast<T*>(y), static_cast<const T*>(bias), static_cast<const T*>(residual), count,
+        channels, inner, epilogue);
+    return cudaGetLastError();
+  });
 }
 
-cudaError_t launchHwioToOhwi(const float* hwio, float* ohwi, int64_t kernelH, int64_t kernelW,
-                             int64_t groupChannels, int64_t outChannels, cudaStream_t stream) {
+cudaError_t launchHwioToOhwi(int elementSize, const void* hwio, void* ohwi, int64_t kernelH,
+                             int64_t kernelW, int64_t groupChannels, int64_t outChannels,
+                             cudaStream_t stream) {
   const int64_t count = kernelH * kernelW * groupChannels * outChannels;
   if (count <= 0) return cudaSuccess;
-  hwioToOhwiKernel<float><<<static_cast<unsigned>(blocksFor(count)), kThreads, 0, stream>>>(
-      hwio, ohwi, kernelH, kernelW, groupChannels, outChannels);
+  const unsigned blocks = static_cast<unsigned>(blocksFor(count));
+  if (elementSize == 4) {
+    hwioToOhwiKernel<uint32_t><<<blocks, kThreads, 0, stream>>>(
+        static_cast<const uint32_t*>(hwio), static_cast<uint32_t*>(ohwi), kernelH, kernelW,
+        groupChannels, outChannels);
+  } else if (elementSize == 2) {
+    hwioToOhwiKernel<uint16_t><<<blocks, kThreads, 0, stream>>>(
+        static_cast<const uint16_t*>(hwio), static_cast<uint16_t*>(ohwi), kernelH, kernelW,
+        groupChannels, outChannels);
+  } else {
+    return cudaErrorInvalidValue;
+  }
   return cudaGetLastError();
 }
 

@@ -2,11 +2,16 @@
 // element strides describe (NCHW and NHWC, 1-D to 3-D, groups, strides, dilations, asymmetric
 // pads) with its bias + residual + activation epilogue fused, the same epilogue alone (after a
 // cuDNN convolution that could not fuse it), and the weight reorder kiln.NhwcConv needs for cuDNN.
+//
+// Every tensor of one launch has the same element type: float32, float16 or bfloat16 (the reduced
+// types are loaded into float, accumulated in float and rounded once on the way out).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+
+#include "kiln/backends/cuda/kernels/eltwise.h"  // ElementType
 
 namespace kiln::cuda {
 
@@ -52,22 +57,26 @@ struct ConvGeometry {
   bool channelsLast = false;
 };
 
+// Whether the kernels below take elements of `type` (float32, float16, bfloat16).
+bool convSupported(ElementType type);
+
 // y = act(conv(x, w) + bias + residual), one thread per output element, float accumulation.
-// bias ([M]) and residual (y's shape and strides) may be null.
-cudaError_t launchDirectConv(const ConvGeometry& geometry, const float* x, const float* w,
-                             const float* bias, const float* residual, float* y,
+// bias ([M]) and residual (y's shape and strides) may be null; every tensor is of `type`.
+cudaError_t launchDirectConv(const ConvGeometry& geometry, ElementType type, const void* x,
+                             const void* w, const void* bias, const void* residual, void* y,
                              ConvEpilogue epilogue, cudaStream_t stream);
 
-// In place on a convolution's output of `count` elements: y = act(y + bias[c] + residual), where
-// element i's channel is (i / inner) % channels (inner: the spatial size for NCHW, 1 for NHWC).
-// bias and residual may be null.
-cudaError_t launchConvEpilogue(float* y, const float* bias, const float* residual, int64_t count,
-                               int64_t channels, int64_t inner, ConvEpilogue epilogue,
-                               cudaStream_t stream);
+// In place on a convolution's output of `count` elements of `type`: y = act(y + bias[c] +
+// residual), where element i's channel is (i / inner) % channels (inner: the spatial size for
+// NCHW, 1 for NHWC). bias and residual may be null.
+cudaError_t launchConvEpilogue(ElementType type, void* y, const void* bias, const void* residual,
+                               int64_t count, int64_t channels, int64_t inner,
+                               ConvEpilogue epilogue, cudaStream_t stream);
 
 // kiln.NhwcConv's weights [kH, kW, C/group, M] to [M, kH, kW, C/group], the filter layout
-// cuDNN's NHWC convolutions read.
-cudaError_t launchHwioToOhwi(const float* hwio, float* ohwi, int64_t kernelH, int64_t kernelW,
-                             int64_t groupChannels, int64_t outChannels, cudaStream_t stream);
+// cuDNN's NHWC convolutions read; elements of `elementSize` (2 or 4) bytes are moved as they are.
+cudaError_t launchHwioToOhwi(int elementSize, const void* hwio, void* ohwi, int64_t kernelH,
+                             int64_t kernelW, int64_t groupChannels, int64_t outChannels,
+                             cudaStream_t stream);
 
 }  // namespace kiln::cuda

@@ -5,11 +5,18 @@
 //     by the bias add, the residual add and the activation, each fused as a POINTWISE node where
 //     cuDNN's modes compute exactly what kiln's op does (cuda.conv.epilogue=separate fuses none);
 //     heuristics (mode A, then the fallback list) give engine configs, of which those that would
-//     not keep fp32 accuracy (TF32 tensor cores, down-converted inputs, reduced-precision
-//     reductions, FFT, Winograd) are dropped; the first that finalizes is kept
+//     not keep the step's accuracy are dropped (below); the first that finalizes is kept
 //     (cuda.conv.algo=heuristic), or the fastest of up to eight timed on the step's own buffers
 //     (timed). What the graph does not fuse runs after it in kiln's epilogue kernel (conv.cu).
 //   - native: kiln's direct kernel (conv.cu), epilogue fused.
+//
+// Element types: float32, and float16 / bfloat16 where cuda.precision made the node reduced (all
+// of its tensors then have the reduced type). cuDNN reads and writes the reduced type with float
+// math (the convolution's compute type, the pointwise math precision and the virtual tensors
+// between them are all float), on tensor cores where an engine has them; kiln's kernels load
+// into float and round once. The engines dropped: down-converted inputs, reduced-precision
+// reductions (fp16 accumulation), FFT and Winograd transforms always, and tensor cores for
+// float32 unless cuda.precision=tf32 allows TF32 for the node (allowsTf32).
 //
 // Where cuDNN cannot be used the step runs kiln's kernel instead, never the host: at lowering for
 // asymmetric pads (cuDNN pads both ends of a dimension alike) and empty tensors; in prepare()
@@ -31,6 +38,7 @@
 
 #include "kiln/backends/cuda/kernels/conv.h"
 #include "kiln/backends/cuda/kernels/steps.h"
+#include "kiln/backends/cuda/precision.h"
 #include "kiln/ir/op_schema.h"
 #include "kiln/ir/ops/layout.h"
 #include "kiln/ir/ops/neural.h"
@@ -53,9 +61,9 @@ const knobs::Knob kConvAlgo = knobs::declareKnob({
     .kind = knobs::KnobKind::kEnum,
     .choices = {"heuristic", "timed"},
     .defaultValue = "heuristic",
-    .help = "cuDNN engine choice: the first fp32-exact config cuDNN's heuristics rank highest, or "
-            "the fastest of up to eight of them, timed on the step's buffers when the plan is "
-            "prepared",
+    .help = "cuDNN engine choice: the first config cuDNN's heuristics rank highest among those "
+            "that keep the step's precision, or the fastest of up to eight of them, timed on the "
+            "step's buffers when the plan is prepared",
     .backends = {"cuda"},
     .perNode = true,
 });
@@ -88,8 +96,9 @@ int64_t alignUp(int64_t bytes) {
 // The convolution a node asks for.
 
 struct ConvProblem {
-  ConvGeometry geometry;   // strides of the node's own layouts (kiln's kernel reads these)
-  size_t spatialRank = 2;  // 1..3, as the node has it
+  ConvGeometry geometry;  // strides of the node's own layouts (kiln's kernel reads these)
+  ElementType type = ElementType::kFloat32;  // of every tensor
+  size_t spatialRank = 2;                    // 1..3, as the node has it
   bool symmetricPads = true;
   bool empty = false;  // some tensor has no elements
   bool nhwc = false;
@@ -160,8 +169,23 @@ std::vector<int64_t> tail(const std::vector<int64_t>& values, size_t from) {
   return std::vector<int64_t>(values.begin() + static_cast<std::ptrdiff_t>(from), values.end());
 }
 
+// The kernels' element type for `dtype`: float32, float16 or bfloat16.
+std::optional<ElementType> floatTypeOf(ir::DType dtype) {
+  switch (dtype) {
+    case ir::DType::kFloat32:
+      return ElementType::kFloat32;
+    case ir::DType::kFloat16:
+      return ElementType::kFloat16;
+    case ir::DType::kBFloat16:
+      return ElementType::kBFloat16;
+    default:
+      return std::nullopt;
+  }
+}
+
 // Conv (X, W, B?), FusedConv (X, W, B?, residual?) and NhwcConv (the same, channels-last) in
-// float32 with 1 to 3 spatial axes; nullopt for anything else.
+// float32, float16 or bfloat16 (every tensor the same) with 1 to 3 spatial axes; nullopt for
+// anything else.
 std::optional<ConvProblem> readProblem(const ir::Node& node) {
   const bool onnxConv = node.domain.empty() && node.opType == "Conv";
   const bool fusedConv = node.domain == ir::kKilnDomain && node.opType == "FusedConv";
@@ -171,10 +195,11 @@ std::optional<ConvProblem> readProblem(const ir::Node& node) {
   const ir::Value* w = node.input(1);
   const ir::Value* y = node.outputs.size() == 1 ? node.outputs[0] : nullptr;
   if (!x || !w || !y || node.inputs.size() > (onnxConv ? 3u : 4u)) return std::nullopt;
+  const std::optional<ElementType> type = floatTypeOf(y->dtype);
+  if (!type) return std::nullopt;
   for (const ir::Value* value : node.inputs) {
-    if (value && value->dtype != ir::DType::kFloat32) return std::nullopt;
+    if (value && value->dtype != y->dtype) return std::nullopt;
   }
-  if (y->dtype != ir::DType::kFloat32) return std::nullopt;
   const size_t rank = x->shape.rank();
   if (rank < 3 || rank > 5 || w->shape.rank() != rank || (nhwcConv && rank != 4)) {
     return std::nullopt;
@@ -195,6 +220,7 @@ std::optional<ConvProblem> readProblem(const ir::Node& node) {
   if (y->shape != expectedY) return std::nullopt;
 
   ConvProblem p;
+  p.type = *type;
   p.nhwc = nhwcConv;
   p.hasBias = node.hasInput(2);
   p.hasResidual = !onnxConv && node.hasInput(3);
@@ -425,6 +451,17 @@ CudnnShapes cudnnShapesFor(const ConvProblem& p) {
   return s;
 }
 
+cudnnDataType_t cudnnTypeOf(ElementType type) {
+  switch (type) {
+    case ElementType::kFloat16:
+      return CUDNN_DATA_HALF;
+    case ElementType::kBFloat16:
+      return CUDNN_DATA_BFLOAT16;
+    default:
+      return CUDNN_DATA_FLOAT;
+  }
+}
+
 // A finalized operation graph and the descriptors it was made from, which live as long as it
 // does (cuDNN's own frontend keeps them so).
 struct CudnnGraph {
@@ -438,11 +475,13 @@ class GraphBuilder {
  public:
   explicit GraphBuilder(CudnnGraph& graph) : graph_(graph) {}
 
+  // A tensor of `type`; virtual tensors (between the graph's operations) are float whatever the
+  // step's element type, so the epilogue works on the convolution's float sums.
   Result<cudnnBackendDescriptor_t> tensor(int64_t uid, const std::vector<int64_t>& dims,
-                                          const std::vector<int64_t>& strides, bool isVirtual) {
+                                          const std::vector<int64_t>& strides, bool isVirtual,
+                                          cudnnDataType_t type) {
     KILN_ASSIGN_OR_RETURN(CudnnDescriptor t,
                           CudnnDescriptor::create(CUDNN_BACKEND_TENSOR_DESCRIPTOR));
-    const cudnnDataType_t type = CUDNN_DATA_FLOAT;
     const bool virtualFlag = isVirtual;
     KILN_RETURN_IF_ERROR(
         setAttribute(t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type));
@@ -461,7 +500,7 @@ class GraphBuilder {
                                                cudnnBackendDescriptor_t y) {
     KILN_ASSIGN_OR_RETURN(CudnnDescriptor conv,
                           CudnnDescriptor::create(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR));
-    // fp32 math: the convolution's own compute type (tensor-core engines are filtered later).
+    // fp32 math whatever the element type (tensor-core engines are filtered later).
     const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
     const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;  // ONNX Conv does not flip
     KILN_RETURN_IF_ERROR(
@@ -563,21 +602,25 @@ class GraphBuilder {
 Result<CudnnGraph> buildGraph(const ConvProblem& problem, const Fusion& fusion,
                               cudnnHandle_t handle) {
   const CudnnShapes s = cudnnShapesFor(problem);
+  const cudnnDataType_t type = cudnnTypeOf(problem.type);
   CudnnGraph result;
   result.fusion = fusion;
   GraphBuilder b(result);
-  KILN_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t x, b.tensor(kUidX, s.xDims, s.xStrides, false));
-  KILN_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t w, b.tensor(kUidW, s.wDims, s.wStrides, false));
-  KILN_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t y, b.tensor(kUidY, s.yDims, s.yStrides, false));
+  KILN_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t x,
+                        b.tensor(kUidX, s.xDims, s.xStrides, false, type));
+  KILN_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t w,
+                        b.tensor(kUidW, s.wDims, s.wStrides, false, type));
+  KILN_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t y,
+                        b.tensor(kUidY, s.yDims, s.yStrides, false, type));
   result.uids = {kUidX, kUidW, kUidY};
   cudnnBackendDescriptor_t bias = nullptr;
   cudnnBackendDescriptor_t residual = nullptr;
   if (fusion.bias) {
-    KILN_ASSIGN_OR_RETURN(bias, b.tensor(kUidBias, s.biasDims, s.biasStrides, false));
+    KILN_ASSIGN_OR_RETURN(bias, b.tensor(kUidBias, s.biasDims, s.biasStrides, false, type));
     result.uids.push_back(kUidBias);
   }
   if (fusion.residual) {
-    KILN_ASSIGN_OR_RETURN(residual, b.tensor(kUidResidual, s.yDims, s.yStrides, false));
+    KILN_ASSIGN_OR_RETURN(residual, b.tensor(kUidResidual, s.yDims, s.yStrides, false, type));
     result.uids.push_back(kUidResidual);
   }
   int remaining = int{fusion.bias} + int{fusion.residual} + int{fusion.activation.has_value()};
@@ -585,7 +628,7 @@ Result<CudnnGraph> buildGraph(const ConvProblem& problem, const Fusion& fusion,
   // The output of the next operation: Y for the last, else a fresh virtual tensor.
   auto nextOutput = [&]() -> Result<cudnnBackendDescriptor_t> {
     if (remaining-- == 0) return y;
-    return b.tensor(nextVirtual++, s.yDims, s.yStrides, true);
+    return b.tensor(nextVirtual++, s.yDims, s.yStrides, true, CUDNN_DATA_FLOAT);
   };
   KILN_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t current, nextOutput());
   KILN_RETURN_IF_ERROR(b.convolution(s, x, w, current).status());
@@ -617,20 +660,24 @@ struct CudnnPlan {
   int64_t engine = -1;  // cuDNN's global engine index
 };
 
-// Numerical notes of engines whose fp32 results would drift from the reference by more than
-// kiln's convolution tolerance: TF32 tensor cores, down-converted inputs, reduced-precision
-// reductions, FFT and Winograd transforms.
-bool keepsFp32Accuracy(cudnnBackendDescriptor_t engine) {
+// Whether `engine` keeps the step's accuracy: no down-converted inputs, reduced-precision
+// (fp16) reductions, FFT or Winograd transforms (their results drift from the reference by more
+// than kiln's convolution tolerance), and tensor cores only where `tensorCores` allows them (on
+// float32 data they mean TF32, which cuda.precision=tf32 alone allows; float16 and bfloat16 data
+// are what they are for).
+bool keepsAccuracy(cudnnBackendDescriptor_t engine, bool tensorCores) {
   cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
   int64_t count = 0;
   if (cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
                                CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &count,
                                notes) != CUDNN_STATUS_SUCCESS) {
-    return false;  // unknown numerics: not for an fp32-exact step
+    return false;  // unknown numerics: not for a step that promises its accuracy
   }
   for (int64_t i = 0; i < count; ++i) {
     switch (notes[i]) {
       case CUDNN_NUMERICAL_NOTE_TENSOR_CORE:
+        if (!tensorCores) return false;
+        break;
       case CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS:
       case CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION:
       case CUDNN_NUMERICAL_NOTE_FFT:
@@ -679,9 +726,10 @@ Result<std::vector<CudnnDescriptor>> engineConfigs(const CudnnGraph& graph,
   return configs;
 }
 
-// An execution plan for `config` if its engine keeps fp32 accuracy, finalizes on this device and
-// needs a workspace within kiln's bound; nullopt otherwise.
-Result<std::optional<CudnnPlan>> planFor(CudnnDescriptor config, cudnnHandle_t handle) {
+// An execution plan for `config` if its engine keeps the step's accuracy (keepsAccuracy),
+// finalizes on this device and needs a workspace within kiln's bound; nullopt otherwise.
+Result<std::optional<CudnnPlan>> planFor(CudnnDescriptor config, cudnnHandle_t handle,
+                                         bool tensorCores) {
   KILN_ASSIGN_OR_RETURN(CudnnDescriptor engine,
                         CudnnDescriptor::create(CUDNN_BACKEND_ENGINE_DESCRIPTOR));
   cudnnBackendDescriptor_t rawEngine = engine.get();
@@ -689,7 +737,7 @@ Result<std::optional<CudnnPlan>> planFor(CudnnDescriptor config, cudnnHandle_t h
   if (cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_ENGINE,
                                CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &count,
                                &rawEngine) != CUDNN_STATUS_SUCCESS ||
-      !keepsFp32Accuracy(rawEngine)) {
+      !keepsAccuracy(rawEngine, tensorCores)) {
     return std::optional<CudnnPlan>();
   }
   CudnnPlan plan;
@@ -717,7 +765,7 @@ Result<std::optional<CudnnPlan>> planFor(CudnnDescriptor config, cudnnHandle_t h
 // when mode A gives none that kiln can use). A heuristics mode that fails adds its reason to
 // `why`.
 Result<std::vector<CudnnPlan>> findPlans(const CudnnGraph& graph, cudnnHandle_t handle,
-                                         size_t limit, std::string& why) {
+                                         size_t limit, bool tensorCores, std::string& why) {
   std::vector<CudnnPlan> plans;
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
     auto configs = engineConfigs(graph, mode);
@@ -726,7 +774,8 @@ Result<std::vector<CudnnPlan>> findPlans(const CudnnGraph& graph, cudnnHandle_t 
       continue;
     }
     for (CudnnDescriptor& config : *configs) {
-      KILN_ASSIGN_OR_RETURN(std::optional<CudnnPlan> plan, planFor(std::move(config), handle));
+      KILN_ASSIGN_OR_RETURN(std::optional<CudnnPlan> plan,
+                            planFor(std::move(config), handle, tensorCores));
       if (plan) plans.push_back(std::move(*plan));
       if (plans.size() >= limit) return plans;
     }
@@ -756,13 +805,13 @@ struct ConvChoice {
   bool cudnn = true;
   bool timed = false;
   bool fuseEpilogue = true;
+  bool tensorCores = false;  // cuDNN engines on tensor cores (reduced types, or tf32 allowed)
 };
 
 class ConvStep final : public Step {
  public:
   ConvStep(ConvProblem problem, ConvChoice choice) : problem_(std::move(problem)), choice_(choice) {
     layout = problem_.nhwc ? "nhwc" : "nchw";
-    precision = "fp32";
     useCudnn_ = choice_.cudnn;
     const Fusion planned = choice_.fuseEpilogue ? fullFusion(problem_) : Fusion{};
     tactic = tacticFor(planned);
@@ -784,10 +833,11 @@ class ConvStep final : public Step {
         continue;
       }
       KILN_ASSIGN_OR_RETURN(std::vector<CudnnPlan> plans,
-                            findPlans(*graph, handle, choice_.timed ? kMaxTimedPlans : 1, reasons));
+                            findPlans(*graph, handle, choice_.timed ? kMaxTimedPlans : 1,
+                                      choice_.tensorCores, reasons));
       if (plans.empty()) {
         reasons += fmt::format(
-            "no fp32-exact engine for {} fused op(s); ",
+            "no accurate enough engine for {} fused op(s); ",
             int{fusion.bias} + int{fusion.residual} + int{fusion.activation.has_value()});
         continue;
       }
@@ -814,21 +864,21 @@ class ConvStep final : public Step {
   }
 
   Status enqueue(const Context& context) const override {
-    const float* x = context.data<float>(*inputs[0]);
-    const float* w = context.data<float>(*inputs[1]);
-    const float* bias = problem_.hasBias ? context.data<float>(*inputs[2]) : nullptr;
-    const float* residual = problem_.hasResidual ? context.data<float>(*inputs[3]) : nullptr;
-    float* y = context.data<float>(*outputs[0]);
+    const void* x = context.address(*inputs[0]);
+    const void* w = context.address(*inputs[1]);
+    const void* bias = problem_.hasBias ? context.address(*inputs[2]) : nullptr;
+    const void* residual = problem_.hasResidual ? context.address(*inputs[3]) : nullptr;
+    void* y = context.address(*outputs[0]);
     if (!useCudnn_) {
-      return cudaStatus(launchDirectConv(problem_.geometry, x, w, bias, residual, y,
+      return cudaStatus(launchDirectConv(problem_.geometry, problem_.type, x, w, bias, residual, y,
                                          problem_.epilogue, context.stream),
                         "the direct convolution kernel");
     }
-    const float* weights = w;
+    const void* weights = w;
     if (problem_.nhwc) {
       weights = reorderedWeights_;
       if (reorderEachRun()) {
-        float* scratch = reinterpret_cast<float*>(context.workspace + alignUp(plan_.workspace));
+        void* scratch = context.workspace + alignUp(plan_.workspace);
         KILN_RETURN_IF_ERROR(reorderWeights(w, scratch, context.stream));
         weights = scratch;
       }
@@ -841,8 +891,9 @@ class ConvStep final : public Step {
     ConvEpilogue rest = problem_.epilogue;
     if (f.activation) rest.activation = ConvActivation::kNone;
     return cudaStatus(
-        launchConvEpilogue(y, f.bias ? nullptr : bias, f.residual ? nullptr : residual,
-                           problem_.outputElements, problem_.geometry.outChannels,
+        launchConvEpilogue(problem_.type, y, f.bias ? nullptr : bias,
+                           f.residual ? nullptr : residual, problem_.outputElements,
+                           problem_.geometry.outChannels,
                            problem_.nhwc ? 1 : problem_.outputSpatial, rest, context.stream),
         "the convolution epilogue kernel");
   }
@@ -856,16 +907,16 @@ class ConvStep final : public Step {
   }
 
   int64_t weightBytes() const {
-    return problem_.weightElements * static_cast<int64_t>(sizeof(float));
+    return problem_.weightElements * static_cast<int64_t>(elementBytes(problem_.type));
   }
   // NhwcConv weights that are not constants are reordered for cuDNN on every run, into the
   // workspace after cuDNN's own.
   bool reorderEachRun() const { return problem_.nhwc && !problem_.weightsConstant; }
 
-  Status reorderWeights(const float* hwio, float* ohwi, cudaStream_t stream) const {
+  Status reorderWeights(const void* hwio, void* ohwi, cudaStream_t stream) const {
     const ConvGeometry& g = problem_.geometry;
-    return cudaStatus(launchHwioToOhwi(hwio, ohwi, g.kernel[1], g.kernel[2], g.channels / g.group,
-                                       g.outChannels, stream),
+    return cudaStatus(launchHwioToOhwi(elementBytes(problem_.type), hwio, ohwi, g.kernel[1],
+                                       g.kernel[2], g.channels / g.group, g.outChannels, stream),
                       "reordering NhwcConv weights for cuDNN");
   }
 
@@ -874,30 +925,30 @@ class ConvStep final : public Step {
     if (!problem_.nhwc || !problem_.weightsConstant) return Status::ok();
     KILN_ASSIGN_OR_RETURN(std::byte * memory,
                           prepare.allocate(weightBytes(), "reordered NhwcConv weights"));
-    reorderedWeights_ = reinterpret_cast<float*>(memory);
-    return reorderWeights(prepare.context.data<float>(*inputs[1]), reorderedWeights_,
+    reorderedWeights_ = memory;
+    return reorderWeights(prepare.context.address(*inputs[1]), reorderedWeights_,
                           prepare.context.stream);
   }
 
-  std::vector<void*> pointersFor(const float* x, const float* w, float* y, const float* bias,
-                                 const float* residual) const {
+  std::vector<void*> pointersFor(const void* x, const void* w, void* y, const void* bias,
+                                 const void* residual) const {
     std::vector<void*> pointers;
     for (int64_t uid : graph_.uids) {
       switch (uid) {
         case kUidX:
-          pointers.push_back(const_cast<float*>(x));
+          pointers.push_back(const_cast<void*>(x));
           break;
         case kUidW:
-          pointers.push_back(const_cast<float*>(w));
+          pointers.push_back(const_cast<void*>(w));
           break;
         case kUidY:
           pointers.push_back(y);
           break;
         case kUidBias:
-          pointers.push_back(const_cast<float*>(bias));
+          pointers.push_back(const_cast<void*>(bias));
           break;
         default:
-          pointers.push_back(const_cast<float*>(residual));
+          pointers.push_back(const_cast<void*>(residual));
           break;
       }
     }
@@ -906,9 +957,8 @@ class ConvStep final : public Step {
 
   // The variant pack for this run's buffers, made once per set of device addresses (they only
   // change if the plan's memory is made again).
-  Result<cudnnBackendDescriptor_t> packFor(const Context& context, const float* x, const float* w,
-                                           float* y, const float* bias,
-                                           const float* residual) const {
+  Result<cudnnBackendDescriptor_t> packFor(const Context& context, const void* x, const void* w,
+                                           void* y, const void* bias, const void* residual) const {
     const std::vector<void*> pointers = pointersFor(x, w, y, bias, residual);
     void* workspace = plan_.workspace > 0 ? context.workspace : nullptr;
     if (!pack_ || pointers != packPointers_ || workspace != packWorkspace_) {
@@ -928,17 +978,17 @@ class ConvStep final : public Step {
     KILN_ASSIGN_OR_RETURN(DeviceMemory workspace,
                           DeviceMemory::allocate(workspaceBytes, "timing cuDNN plans"));
     DeviceMemory scratchWeights;
-    const float* weights = c.data<float>(*inputs[1]);
+    const void* weights = c.address(*inputs[1]);
     if (problem_.nhwc && problem_.weightsConstant) weights = reorderedWeights_;
     if (reorderEachRun()) {
       KILN_ASSIGN_OR_RETURN(scratchWeights,
                             DeviceMemory::allocate(weightBytes(), "timing cuDNN plans"));
-      weights = reinterpret_cast<const float*>(scratchWeights.data());  // contents do not matter
+      weights = scratchWeights.data();  // contents do not matter
     }
     const std::vector<void*> pointers =
-        pointersFor(c.data<float>(*inputs[0]), weights, c.data<float>(*outputs[0]),
-                    problem_.hasBias ? c.data<float>(*inputs[2]) : nullptr,
-                    problem_.hasResidual ? c.data<float>(*inputs[3]) : nullptr);
+        pointersFor(c.address(*inputs[0]), weights, c.address(*outputs[0]),
+                    problem_.hasBias ? c.address(*inputs[2]) : nullptr,
+                    problem_.hasResidual ? c.address(*inputs[3]) : nullptr);
     KILN_ASSIGN_OR_RETURN(Event start, Event::create());
     KILN_ASSIGN_OR_RETURN(Event stop, Event::create());
     size_t best = 0;
@@ -979,7 +1029,7 @@ class ConvStep final : public Step {
   ConvChoice choice_;
   bool useCudnn_ = true;
   std::string fallbackReason_;  // why cuDNN was given up in prepare(), for a debugger
-  float* reorderedWeights_ = nullptr;
+  void* reorderedWeights_ = nullptr;
   // Destroyed in reverse order: the pack before the plan before the graph it was made for.
   CudnnGraph graph_;
   CudnnPlan plan_;
@@ -998,6 +1048,7 @@ std::unique_ptr<Step> makeConvStep(const ir::Node& node, const knobs::Route& rou
       route.value(kConvSource, &node) == "cudnn" && problem->symmetricPads && !problem->empty;
   choice.timed = route.value(kConvAlgo, &node) == "timed";
   choice.fuseEpilogue = route.value(kConvEpilogue, &node) == "fused";
+  choice.tensorCores = problem->type != ElementType::kFloat32 || allowsTf32(node, route);
   return std::make_unique<ConvStep>(std::move(*problem), choice);
 }
 

@@ -1,5 +1,5 @@
-// MatrixProduct (gemm_steps.h): a strided batch of row-major float products through cuBLASLt or
-// kiln's native kernel, with the epilogue fused where the chosen source computes it exactly.
+// MatrixProduct (gemm_steps.h): a strided batch of row-major products through cuBLASLt or kiln's
+// native kernel, with the epilogue fused where the chosen source computes it exactly.
 //
 // cuBLASLt is column-major, so the row-major product C = op(A) · op(B) is computed as its
 // transpose C^T = op(B)^T · op(A)^T: the row-major [m, n] C is the column-major [n, m] matrix D
@@ -8,7 +8,11 @@
 // the roles). A bias along the columns of row-major C is then a bias along D's rows, which is
 // what cuBLASLt's BIAS epilogue adds (its vector has D's row count, n); a full [m, n] bias is
 // cuBLASLt's C matrix with beta = its scale. Math is CUBLAS_COMPUTE_32F: fp32 products and sums,
-// never TF32 unless cuda.precision=tf32 allows it (CUBLAS_COMPUTE_32F_FAST_TF32).
+// never TF32 unless cuda.precision=tf32 allows it (CUBLAS_COMPUTE_32F_FAST_TF32), with scale type
+// CUDA_R_32F (alpha, beta and the epilogue in float) for every storage type: A/B/C/D all
+// CUDA_R_32F, all CUDA_R_16F or all CUDA_R_16BF, or CUDA_R_16F / CUDA_R_16BF A and B with
+// CUDA_R_32F C and D (attention's float32 scores), the combinations cuBLASLt's table lists for
+// CUBLAS_COMPUTE_32F. The BIAS epilogue's vector has D's type.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -31,29 +35,60 @@ int64_t alignUp(int64_t bytes) { return (bytes + kAlignment - 1) / kAlignment * 
 
 // The largest power of two up to 256 that divides the matrix's address (256 for a buffer not
 // known yet: workspace ranges are 256-aligned) and, in a batch, every entry's offset.
-uint32_t alignmentOf(const void* pointer, int64_t strideElements, int64_t batch) {
+uint32_t alignmentOf(const void* pointer, int64_t strideElements, GemmType type, int64_t batch) {
   uint64_t bits = pointer ? static_cast<uint64_t>(reinterpret_cast<uintptr_t>(pointer)) : 256;
   if (batch > 1 && strideElements != 0) {
-    bits |= static_cast<uint64_t>(strideElements) * sizeof(float);
+    bits |= static_cast<uint64_t>(strideElements) * static_cast<uint64_t>(gemmTypeBytes(type));
   }
   uint32_t alignment = 256;
   while (alignment > 1 && bits % alignment != 0) alignment /= 2;
   return alignment;
 }
 
-// Elements a batch of `batch` matrices of `elements` each, `stride` apart, spans.
-int64_t spanOf(int64_t elements, int64_t stride, int64_t batch) {
-  return elements + (batch > 1 ? (batch - 1) * stride : 0);
+// Elements a batch of `batch` matrices, each `rows` stored rows `pitch` apart and the matrices
+// `stride` apart, spans.
+int64_t spanOf(int64_t rows, int64_t pitch, int64_t stride, int64_t batch) {
+  return rows * pitch + (batch > 1 ? (batch - 1) * stride : 0);
 }
 
 Status ltStatus(cublasStatus_t status, std::string_view what) { return cublasStatus(status, what); }
 
+cudaDataType_t ltTypeOf(GemmType type) {
+  switch (type) {
+    case kGemmFloat16:
+      return CUDA_R_16F;
+    case kGemmBFloat16:
+      return CUDA_R_16BF;
+    case kGemmFloat32:
+      break;
+  }
+  return CUDA_R_32F;
+}
+
+const char* nameOf(GemmType type) {
+  return type == kGemmFloat16 ? "fp16" : type == kGemmBFloat16 ? "bf16" : "fp32";
+}
+
 }  // namespace
+
+std::optional<GemmType> gemmTypeOf(ir::DType dtype) {
+  switch (dtype) {
+    case ir::DType::kFloat32:
+      return kGemmFloat32;
+    case ir::DType::kFloat16:
+      return kGemmFloat16;
+    case ir::DType::kBFloat16:
+      return kGemmBFloat16;
+    default:
+      return std::nullopt;
+  }
+}
 
 bool cublasLtCanTake(const ProductShape& shape) {
   constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
   auto fits = [](int64_t v) { return v > 0 && v <= kMax; };
-  return fits(shape.m) && fits(shape.n) && fits(shape.k) && fits(shape.batch);
+  return fits(shape.m) && fits(shape.n) && fits(shape.k) && fits(shape.batch) &&
+         fits(shape.pitchA()) && fits(shape.pitchB()) && fits(shape.pitchC());
 }
 
 // cuBLASLt's descriptors of one product, in the transposed (column-major) problem.
@@ -81,11 +116,11 @@ struct MatrixProduct::Lt {
     x = y = d = nullptr;
   }
 
-  // A column-major float layout of `rows` x `cols` (leading dimension `ld`), batched.
-  static Status layout(cublasLtMatrixLayout_t* out, int64_t rows, int64_t cols, int64_t ld,
-                       int64_t batch, int64_t stride) {
+  // A column-major layout of `rows` x `cols` elements of `type` (leading dimension `ld`), batched.
+  static Status layout(cublasLtMatrixLayout_t* out, GemmType type, int64_t rows, int64_t cols,
+                       int64_t ld, int64_t batch, int64_t stride) {
     KILN_RETURN_IF_ERROR(
-        ltStatus(cublasLtMatrixLayoutCreate(out, CUDA_R_32F, static_cast<uint64_t>(rows),
+        ltStatus(cublasLtMatrixLayoutCreate(out, ltTypeOf(type), static_cast<uint64_t>(rows),
                                             static_cast<uint64_t>(cols), ld),
                  "cublasLtMatrixLayoutCreate"));
     if (batch <= 1) return Status::ok();
@@ -108,11 +143,13 @@ struct MatrixProduct::Lt {
     return Status::ok();
   }
 
-  // Descriptors for `shape` (TF32 math if `tf32`) with cuBLASLt epilogue `epilogue` (its bias
-  // pointer `bias`).
+  // Descriptors for `shape` (TF32 math if `tf32` and the operands are float32) with cuBLASLt
+  // epilogue `epilogue` (its bias pointer `bias`, of D's type).
   Status build(const ProductShape& s, bool tf32, cublasLtEpilogue_t epilogue, const void* bias) {
     reset();
-    const cublasComputeType_t compute = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    const bool fastTf32 = tf32 && s.inputType == kGemmFloat32;
+    const cublasComputeType_t compute =
+        fastTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     KILN_RETURN_IF_ERROR(ltStatus(cublasLtMatmulDescCreate(&operation, compute, CUDA_R_32F),
                                   "cublasLtMatmulDescCreate"));
     const int32_t opX = s.transB ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -129,22 +166,32 @@ struct MatrixProduct::Lt {
                                                 sizeof(mode)),
                  "setting CUBLASLT_MATMUL_DESC_EPILOGUE"));
     if (epilogue == CUBLASLT_EPILOGUE_BIAS || epilogue == CUBLASLT_EPILOGUE_RELU_BIAS) {
+      if (s.outputType != kGemmFloat32) {
+        // D's type is cuBLASLt's default for the vector; said for the reduced types so that it
+        // is never a guess.
+        const int32_t biasType = ltTypeOf(s.outputType);
+        KILN_RETURN_IF_ERROR(
+            ltStatus(cublasLtMatmulDescSetAttribute(operation, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                    &biasType, sizeof(biasType)),
+                     "setting CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE"));
+      }
       KILN_RETURN_IF_ERROR(setBias(bias));
     }
-    // Kiln's B: stored [k, n] row-major = column-major [n, k] (ld n), or, transposed, [n, k]
-    // row-major = column-major [k, n] (ld k) read transposed.
+    // Kiln's B: stored [k, n] row-major = column-major [n, k] (ld: its pitch, n when dense), or,
+    // transposed, [n, k] row-major = column-major [k, n] read transposed.
+    const GemmType in = s.inputType;
     if (s.transB) {
-      KILN_RETURN_IF_ERROR(layout(&x, s.k, s.n, s.k, s.batch, s.strideB));
+      KILN_RETURN_IF_ERROR(layout(&x, in, s.k, s.n, s.pitchB(), s.batch, s.strideB));
     } else {
-      KILN_RETURN_IF_ERROR(layout(&x, s.n, s.k, s.n, s.batch, s.strideB));
+      KILN_RETURN_IF_ERROR(layout(&x, in, s.n, s.k, s.pitchB(), s.batch, s.strideB));
     }
-    // Kiln's A: [m, k] row-major = column-major [k, m] (ld k); transposed, column-major [m, k].
+    // Kiln's A: [m, k] row-major = column-major [k, m]; transposed, column-major [m, k].
     if (s.transA) {
-      KILN_RETURN_IF_ERROR(layout(&y, s.m, s.k, s.m, s.batch, s.strideA));
+      KILN_RETURN_IF_ERROR(layout(&y, in, s.m, s.k, s.pitchA(), s.batch, s.strideA));
     } else {
-      KILN_RETURN_IF_ERROR(layout(&y, s.k, s.m, s.k, s.batch, s.strideA));
+      KILN_RETURN_IF_ERROR(layout(&y, in, s.k, s.m, s.pitchA(), s.batch, s.strideA));
     }
-    return layout(&d, s.n, s.m, s.n, s.batch, s.strideC);
+    return layout(&d, s.outputType, s.n, s.m, s.pitchC(), s.batch, s.strideC);
   }
 
   // Up to `count` algorithms, best first by cuBLASLt's heuristics; empty (with `why` said) when
@@ -189,7 +236,7 @@ struct MatrixProduct::Lt {
 
   cublasStatus_t matmul(cublasLtHandle_t handle, cudaStream_t stream,
                         const cublasLtMatmulAlgo_t& algorithm, float alpha, float beta,
-                        const float* kilnA, const float* kilnB, const float* cMatrix, float* out,
+                        const void* kilnA, const void* kilnB, const void* cMatrix, void* out,
                         void* workspace, size_t workspaceBytes) const {
     return cublasLtMatmul(handle, operation, &alpha, kilnB, x, kilnA, y, &beta, cMatrix, d, out, d,
                           &algorithm, workspace, workspaceBytes, stream);
@@ -199,11 +246,15 @@ struct MatrixProduct::Lt {
 MatrixProduct::MatrixProduct(const ProductShape& shape, const ProductOptions& options,
                              const GemmEpilogue& epilogue, bool hasBias)
     : shape_(shape), options_(options), epilogue_(epilogue), hasBias_(hasBias) {
-  KILN_CHECK(shape.batch <= 1 || (!hasBias && epilogue.activation == kGemmActivationNone));
+  const bool bare = !hasBias && epilogue.activation == kGemmActivationNone;
+  KILN_CHECK(shape.batch <= 1 || bare);
+  KILN_CHECK(shape.pitchC() == shape.n || bare);  // the epilogue kernel takes dense rows
   epilogue_.bias = nullptr;
+  // The native kernel takes float C from reduced A and B, or all of one type.
+  KILN_CHECK(shape.outputType == kGemmFloat32 || shape.outputType == shape.inputType);
   useLt_ = options.source == ProductSource::kCublasLt && cublasLtCanTake(shape);
   planFusion(useLt_);
-  detail_ = useLt_ ? "cuBLASLt (algorithm chosen at prepare)" : "kiln's tiled SGEMM";
+  detail_ = useLt_ ? "cuBLASLt (algorithm chosen at prepare)" : "kiln's tiled GEMM kernel";
 }
 
 MatrixProduct::~MatrixProduct() { delete lt_; }
@@ -242,7 +293,7 @@ bool MatrixProduct::epilogueKernelRuns() const {
          (epilogue_.activation != kGemmActivationNone && !fuseActivation_);
 }
 
-GemmEpilogue MatrixProduct::remainingEpilogue(const float* bias) const {
+GemmEpilogue MatrixProduct::remainingEpilogue(const void* bias) const {
   GemmEpilogue rest = epilogue_;
   rest.bias = hasBias_ && biasPlace_ == BiasPlace::kEpilogueKernel ? bias : nullptr;
   if (fuseActivation_) rest.activation = kGemmActivationNone;
@@ -257,21 +308,21 @@ std::string MatrixProduct::tactic() const {
   return name;
 }
 
-Status MatrixProduct::prepare(PrepareContext& context, const float* a, const float* b, float* c,
-                              const float* bias) {
+Status MatrixProduct::prepare(PrepareContext& context, const void* a, const void* b, void* c,
+                              const void* bias) {
   if (!useLt_) return Status::ok();
   if (!lt_) lt_ = new Lt();
   return prepareLt(context, a, b, c, bias);
 }
 
-Status MatrixProduct::prepareLt(PrepareContext& prepare, const float* a, const float* b, float* c,
-                                const float* bias) {
+Status MatrixProduct::prepareLt(PrepareContext& prepare, const void* a, const void* b, void* c,
+                                const void* bias) {
   const Context& context = prepare.context;
   const ProductShape& s = shape_;
   Lt& lt = *lt_;
-  lt.alignX = alignmentOf(b, s.strideB, s.batch);
-  lt.alignY = alignmentOf(a, s.strideA, s.batch);
-  lt.alignD = alignmentOf(c, s.strideC, s.batch);
+  lt.alignX = alignmentOf(b, s.strideB, s.inputType, s.batch);
+  lt.alignY = alignmentOf(a, s.strideA, s.inputType, s.batch);
+  lt.alignD = alignmentOf(c, s.strideC, s.outputType, s.batch);
   const int count = options_.algorithm == AlgorithmChoice::kTimed ? kTimedCandidates : 1;
   // Tiers: the epilogue as planned, then (if that had a fused part) the bare product with kiln's
   // epilogue kernel after it.
@@ -287,7 +338,8 @@ Status MatrixProduct::prepareLt(PrepareContext& prepare, const float* a, const f
     cublasLtEpilogue_t mode = CUBLASLT_EPILOGUE_DEFAULT;
     if (vectorBias) mode = fuseActivation_ ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
     if (!vectorBias && fuseActivation_) mode = CUBLASLT_EPILOGUE_RELU;
-    lt.alignC = biasPlace_ == BiasPlace::kLtMatrix ? alignmentOf(bias, 0, 1) : lt.alignD;
+    lt.alignC =
+        biasPlace_ == BiasPlace::kLtMatrix ? alignmentOf(bias, 0, s.outputType, 1) : lt.alignD;
     const Status built = lt.build(s, options_.tf32, mode, vectorBias ? bias : nullptr);
     if (!built.isOk()) {
       why += built.message() + "; ";
@@ -302,9 +354,9 @@ Status MatrixProduct::prepareLt(PrepareContext& prepare, const float* a, const f
     useLt_ = false;
     planFusion(false);
     detail_ = fmt::format(
-        "kiln's tiled SGEMM: cuBLASLt has no algorithm for m={} n={} k={} batch={} "
+        "kiln's tiled GEMM kernel: cuBLASLt has no algorithm for m={} n={} k={} batch={} {}->{} "
         "({})",
-        s.m, s.n, s.k, s.batch, why);
+        s.m, s.n, s.k, s.batch, nameOf(s.inputType), nameOf(s.outputType), why);
     return Status::ok();
   }
 
@@ -313,20 +365,26 @@ Status MatrixProduct::prepareLt(PrepareContext& prepare, const float* a, const f
     // Time each candidate on the step's buffers (scratch where a buffer is not known yet): one
     // untimed run, then kTimedRuns; a candidate that fails to run is passed over.
     std::vector<DeviceMemory> scratch;
-    auto orScratch = [&](const float* pointer, int64_t elements) -> Result<const float*> {
+    auto orScratch = [&](const void* pointer, int64_t elements,
+                         GemmType type) -> Result<const void*> {
       if (pointer) return pointer;
-      KILN_ASSIGN_OR_RETURN(DeviceMemory memory,
-                            DeviceMemory::allocate(elements * static_cast<int64_t>(sizeof(float)),
-                                                   "timing cuBLASLt algorithms"));
+      KILN_ASSIGN_OR_RETURN(
+          DeviceMemory memory,
+          DeviceMemory::allocate(elements * gemmTypeBytes(type), "timing cuBLASLt algorithms"));
       scratch.push_back(std::move(memory));
-      return reinterpret_cast<const float*>(scratch.back().data());
+      return static_cast<const void*>(scratch.back().data());
     };
-    KILN_ASSIGN_OR_RETURN(const float* ta, orScratch(a, spanOf(s.m * s.k, s.strideA, s.batch)));
-    KILN_ASSIGN_OR_RETURN(const float* tb, orScratch(b, spanOf(s.k * s.n, s.strideB, s.batch)));
-    KILN_ASSIGN_OR_RETURN(const float* tc, orScratch(c, spanOf(s.m * s.n, s.strideC, s.batch)));
-    const float* tbias = bias;
+    const int64_t rowsA = s.transA ? s.k : s.m;
+    const int64_t rowsB = s.transB ? s.n : s.k;
+    KILN_ASSIGN_OR_RETURN(const void* ta,
+                          orScratch(a, spanOf(rowsA, s.pitchA(), s.strideA, s.batch), s.inputType));
+    KILN_ASSIGN_OR_RETURN(const void* tb,
+                          orScratch(b, spanOf(rowsB, s.pitchB(), s.strideB, s.batch), s.inputType));
+    KILN_ASSIGN_OR_RETURN(const void* tc,
+                          orScratch(c, spanOf(s.m, s.pitchC(), s.strideC, s.batch), s.outputType));
+    const void* tbias = bias;
     if (hasBias_ && !bias && biasPlace_ != BiasPlace::kEpilogueKernel) {
-      KILN_ASSIGN_OR_RETURN(tbias, orScratch(nullptr, s.m * s.n));
+      KILN_ASSIGN_OR_RETURN(tbias, orScratch(nullptr, s.m * s.n, s.outputType));
     }
     if (biasPlace_ == BiasPlace::kLtVector && tbias != lt.biasPointer) {
       KILN_RETURN_IF_ERROR(lt.setBias(tbias));
@@ -341,8 +399,8 @@ Status MatrixProduct::prepareLt(PrepareContext& prepare, const float* a, const f
     KILN_ASSIGN_OR_RETURN(Event stop, Event::create());
     const bool matrixBias = biasPlace_ == BiasPlace::kLtMatrix;
     const float beta = matrixBias ? epilogue_.biasScale : 0.0f;
-    float* out = const_cast<float*>(tc);
-    const float* cMatrix = matrixBias ? tbias : out;
+    void* out = const_cast<void*>(tc);
+    const void* cMatrix = matrixBias ? tbias : out;
     double bestMs = std::numeric_limits<double>::infinity();
     for (size_t i = 0; i < found.size(); ++i) {
       auto run = [&] {
@@ -386,7 +444,7 @@ Status MatrixProduct::prepareLt(PrepareContext& prepare, const float* a, const f
 }
 
 Status MatrixProduct::runLt(const Context& context, std::byte* workspace, int64_t workspaceBytes,
-                            const float* a, const float* b, float* c, const float* bias) const {
+                            const void* a, const void* b, void* c, const void* bias) const {
   const ProductShape& s = shape_;
   Lt& lt = *lt_;
   if (workspaceBytes < workspaceBytes_ || (workspaceBytes_ > 0 && !workspace)) {
@@ -396,10 +454,10 @@ Status MatrixProduct::runLt(const Context& context, std::byte* workspace, int64_
   const bool matrixBias = biasPlace_ == BiasPlace::kLtMatrix;
   // The algorithm was chosen for the alignments seen at prepare; the buffers do not move, but a
   // weaker one would make cuBLASLt fail or read out of bounds, so say so instead.
-  if (alignmentOf(b, s.strideB, s.batch) < lt.alignX ||
-      alignmentOf(a, s.strideA, s.batch) < lt.alignY ||
-      alignmentOf(c, s.strideC, s.batch) < lt.alignD ||
-      (matrixBias && alignmentOf(bias, 0, 1) < lt.alignC)) {
+  if (alignmentOf(b, s.strideB, s.inputType, s.batch) < lt.alignX ||
+      alignmentOf(a, s.strideA, s.inputType, s.batch) < lt.alignY ||
+      alignmentOf(c, s.strideC, s.outputType, s.batch) < lt.alignD ||
+      (matrixBias && alignmentOf(bias, 0, s.outputType, 1) < lt.alignC)) {
     return internalError("a cuBLASLt product's buffers are less aligned than at prepare");
   }
   if (hasBias_ && biasPlace_ == BiasPlace::kLtVector && bias != lt.biasPointer) {
@@ -412,8 +470,8 @@ Status MatrixProduct::runLt(const Context& context, std::byte* workspace, int64_
   return Status::ok();
 }
 
-Status MatrixProduct::runNative(cudaStream_t stream, const float* a, const float* b, float* c,
-                                const float* bias) const {
+Status MatrixProduct::runNative(cudaStream_t stream, const void* a, const void* b, void* c,
+                                const void* bias) const {
   const ProductShape& s = shape_;
   NativeGemmArgs args;
   args.m = s.m;
@@ -422,24 +480,26 @@ Status MatrixProduct::runNative(cudaStream_t stream, const float* a, const float
   args.transA = s.transA;
   args.transB = s.transB;
   args.alpha = s.alpha;
+  args.inputType = s.inputType;
+  args.outputType = s.outputType;
   args.a = a;
-  args.lda = s.transA ? s.m : s.k;
+  args.lda = s.pitchA();
   args.strideA = s.strideA;
   args.b = b;
-  args.ldb = s.transB ? s.k : s.n;
+  args.ldb = s.pitchB();
   args.strideB = s.strideB;
   args.c = c;
-  args.ldc = s.n;
+  args.ldc = s.pitchC();
   args.strideC = s.strideC;
   args.batch = s.batch;
   args.epilogue = epilogue_;
   args.epilogue.bias = hasBias_ && biasPlace_ == BiasPlace::kNativeStores ? bias : nullptr;
   if (!fuseActivation_) args.epilogue.activation = kGemmActivationNone;
-  return cudaStatus(launchNativeGemm(args, stream), "kiln's SGEMM kernel");
+  return cudaStatus(launchNativeGemm(args, stream), "kiln's GEMM kernel");
 }
 
 Status MatrixProduct::enqueue(const Context& context, std::byte* workspace, int64_t workspaceBytes,
-                              const float* a, const float* b, float* c, const float* bias) const {
+                              const void* a, const void* b, void* c, const void* bias) const {
   const ProductShape& s = shape_;
   if (s.m <= 0 || s.n <= 0 || s.batch <= 0) return Status::ok();  // nothing to store
   if (useLt_) {
@@ -448,8 +508,9 @@ Status MatrixProduct::enqueue(const Context& context, std::byte* workspace, int6
     KILN_RETURN_IF_ERROR(runNative(context.stream, a, b, c, bias));
   }
   if (!epilogueKernelRuns()) return Status::ok();
-  return cudaStatus(launchGemmEpilogue(c, s.m, s.n, remainingEpilogue(bias), context.stream),
-                    "the GEMM epilogue kernel");
+  return cudaStatus(
+      launchGemmEpilogue(c, s.outputType, s.m, s.n, remainingEpilogue(bias), context.stream),
+      "the GEMM epilogue kernel");
 }
 
 }  // namespace kiln::cuda

@@ -1,5 +1,6 @@
-// Gemm, MatMul and kiln.FusedGemm on the GPU, in float32: each node becomes one MatrixProduct
-// (gemm_steps.h), from cuBLASLt or kiln's native kernel as cuda.gemm.source says.
+// Gemm, MatMul and kiln.FusedGemm on the GPU, in float32, float16 or bfloat16 (every input and the
+// output of one type; sums in float32): each node becomes one MatrixProduct (gemm_steps.h), from
+// cuBLASLt or kiln's native kernel as cuda.gemm.source says.
 //
 //   - Gemm (and FusedGemm, whose A may be batched [..., K] with transA=0: its rows are contiguous,
 //     so it is one [rows, K] product): alpha scales the product, C is the epilogue's bias
@@ -32,7 +33,7 @@ const knobs::Knob kGemmSource = knobs::declareKnob({
     .defaultValue = "cublaslt",
     .help = "matrix products (Gemm, MatMul, FusedGemm, Attention's two products): cuBLASLt with "
             "fp32 compute (empty sums and sizes beyond int32 still run kiln's kernel), or kiln's "
-            "own tiled SGEMM kernel",
+            "own tiled GEMM kernel",
     .backends = {"cuda"},
     .perNode = true,
 });
@@ -80,14 +81,15 @@ struct ProductProblem {
   int biasInput = -1;
 };
 
-bool allFloat32(const ir::Node& node) {
+// The storage type the node's one output and all its inputs share, if it is one the products
+// take.
+std::optional<GemmType> sharedType(const ir::Node& node) {
+  if (node.outputs.size() != 1 || !node.outputs[0]) return std::nullopt;
+  const ir::DType dtype = node.outputs[0]->dtype;
   for (const ir::Value* v : node.inputs) {
-    if (v && v->dtype != ir::DType::kFloat32) return false;
+    if (v && v->dtype != dtype) return std::nullopt;
   }
-  for (const ir::Value* v : node.outputs) {
-    if (!v || v->dtype != ir::DType::kFloat32) return false;
-  }
-  return node.outputs.size() == 1;
+  return gemmTypeOf(dtype);
 }
 
 int64_t product(const std::vector<int64_t>& dims, size_t begin, size_t end) {
@@ -238,9 +240,8 @@ class ProductStep final : public Step {
 
   Status prepare(PrepareContext& prepare) override {
     const Context& c = prepare.context;
-    KILN_RETURN_IF_ERROR(product_.prepare(prepare, c.data<float>(*inputs[0]),
-                                          c.data<float>(*inputs[1]), c.data<float>(*outputs[0]),
-                                          bias(c)));
+    KILN_RETURN_IF_ERROR(product_.prepare(prepare, c.address(*inputs[0]), c.address(*inputs[1]),
+                                          c.address(*outputs[0]), bias(c)));
     tactic = product_.tactic();
     return Status::ok();
   }
@@ -249,14 +250,14 @@ class ProductStep final : public Step {
 
   Status enqueue(const Context& context) const override {
     return product_.enqueue(context, context.workspace, context.workspaceBytes,
-                            context.data<float>(*inputs[0]), context.data<float>(*inputs[1]),
-                            context.data<float>(*outputs[0]), bias(context));
+                            context.address(*inputs[0]), context.address(*inputs[1]),
+                            context.address(*outputs[0]), bias(context));
   }
 
  private:
-  const float* bias(const Context& context) const {
+  const void* bias(const Context& context) const {
     if (biasInput_ < 0) return nullptr;
-    return context.data<float>(*inputs[static_cast<size_t>(biasInput_)]);
+    return context.address(*inputs[static_cast<size_t>(biasInput_)]);
   }
 
   MatrixProduct product_;
@@ -266,10 +267,14 @@ class ProductStep final : public Step {
 std::unique_ptr<Step> makeProductStep(const ir::Node& node, const knobs::Route& route) {
   const bool fused = node.domain == ir::kKilnDomain && node.opType == "FusedGemm";
   const bool onnx = node.domain.empty() && (node.opType == "Gemm" || node.opType == "MatMul");
-  if ((!fused && !onnx) || !allFloat32(node)) return nullptr;
-  const std::optional<ProductProblem> problem =
+  if (!fused && !onnx) return nullptr;
+  const std::optional<GemmType> type = sharedType(node);
+  if (!type) return nullptr;
+  std::optional<ProductProblem> problem =
       node.opType == "MatMul" ? readMatMul(node) : readGemm(node, fused);
   if (!problem) return nullptr;
+  problem->shape.inputType = *type;
+  problem->shape.outputType = *type;
   return std::make_unique<ProductStep>(*problem, productOptionsFor(node, route));
 }
 

@@ -1,6 +1,9 @@
 // kiln's normalisation kernels (norm.h). Rows are reduced by a warp (shuffles) or a block
 // (shuffles, then one value per warp through shared memory); strided lines by one thread each.
-// Accumulation is in float; the precise expf/logf/sqrtf are used, not the fast intrinsics.
+// Accumulation is in float (float16 and bfloat16 elements are loaded into float and rounded once
+// when stored); the precise expf/logf/sqrtf are used, not the fast intrinsics.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -21,9 +24,37 @@ unsigned blocksFor(int64_t count, int64_t perBlock) {
   return static_cast<unsigned>(std::min<int64_t>((count + perBlock - 1) / perBlock, kMaxBlocks));
 }
 
-// Element loads and stores through float (fp16/bf16 overloads come with those dtypes).
+// Element loads and stores through float.
 __device__ __forceinline__ float load(float value) { return value; }
+__device__ __forceinline__ float load(__half value) { return __half2float(value); }
+__device__ __forceinline__ float load(__nv_bfloat16 value) { return __bfloat162float(value); }
+
 __device__ __forceinline__ void store(float* at, float value) { *at = value; }
+__device__ __forceinline__ void store(__half* at, float value) { *at = __float2half_rn(value); }
+__device__ __forceinline__ void store(__nv_bfloat16* at, float value) {
+  *at = __float2bfloat16_rn(value);
+}
+
+template <typename T>
+struct Tag {
+  using type = T;
+};
+
+// Calls fn(Tag<T>{}) with the element type T of `type`; cudaErrorInvalidValue for a type the
+// kernels do not take.
+template <typename Fn>
+cudaError_t dispatch(ElementType type, Fn fn) {
+  switch (type) {
+    case ElementType::kFloat32:
+      return fn(Tag<float>{});
+    case ElementType::kFloat16:
+      return fn(Tag<__half>{});
+    case ElementType::kBFloat16:
+      return fn(Tag<__nv_bfloat16>{});
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
 
 struct SumOp {
   __device__ static float identity() { return 0.0f; }
@@ -229,11 +260,21 @@ __global__ void linesKernel(LineOp op, Lines lines, const T* __restrict__ x, T* 
   }
 }
 
+// Element i of a row statistic: of type T where statsInT, else float.
+template <typename T>
+__device__ __forceinline__ void storeStat(void* at, int64_t i, float value, bool statsInT) {
+  if (statsInT) {
+    store(static_cast<T*>(at) + i, value);
+  } else {
+    static_cast<float*>(at)[i] = value;
+  }
+}
+
 template <typename Rows, typename T>
 __global__ void rowNormKernel(RowNormalization n, const T* __restrict__ x,
                               const T* __restrict__ scale, const T* __restrict__ bias,
-                              T* __restrict__ y, float* __restrict__ mean,
-                              float* __restrict__ invStdDev) {
+                              T* __restrict__ y, void* __restrict__ mean,
+                              void* __restrict__ invStdDev, bool statsInT) {
   __shared__ float shared[kWarpSize];
   const int lane = Rows::lane();
   const int size = Rows::size();
@@ -267,8 +308,8 @@ __global__ void rowNormKernel(RowNormalization n, const T* __restrict__ x,
       store(out + j, (load(in[j]) - mu) * inv * s + b);
     }
     if (lane == 0) {
-      if (mean) mean[row] = mu;
-      if (invStdDev) invStdDev[row] = inv;
+      if (mean) storeStat<T>(mean, row, mu, statsInT);
+      if (invStdDev) storeStat<T>(invStdDev, row, inv, statsInT);
     }
   }
 }
@@ -323,71 +364,97 @@ __global__ void meanVarianceKernel(SlotGeometry g, const T* __restrict__ x, T* _
   }
 }
 
-cudaError_t launchLines(LineOp op, const Lines& lines, RowKernel rows, const float* x, float* y,
-                        cudaStream_t stream) {
+cudaError_t launchLines(LineOp op, const Lines& lines, RowKernel rows, ElementType type,
+                        const void* x, void* y, cudaStream_t stream) {
   const int64_t count = lines.outer * lines.inner;
   if (count <= 0 || lines.length <= 0) return cudaSuccess;
-  if (lines.inner > 1) {
-    linesKernel<float><<<blocksFor(count, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(
-        op, lines, x, y, count);
-  } else if (rows == RowKernel::kWarp) {
-    rowsKernel<WarpRows, float>
-        <<<blocksFor(count, WarpRows::kRowsPerBlock), WarpRows::kThreads, 0, stream>>>(
-            op, count, lines.length, x, y);
-  } else {
-    rowsKernel<BlockRows, float>
-        <<<blocksFor(count, BlockRows::kRowsPerBlock), BlockRows::kThreads, 0, stream>>>(
-            op, count, lines.length, x, y);
-  }
-  return cudaGetLastError();
+  return dispatch(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* in = static_cast<const T*>(x);
+    T* out = static_cast<T*>(y);
+    if (lines.inner > 1) {
+      linesKernel<T><<<blocksFor(count, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(
+          op, lines, in, out, count);
+    } else if (rows == RowKernel::kWarp) {
+      rowsKernel<WarpRows, T>
+          <<<blocksFor(count, WarpRows::kRowsPerBlock), WarpRows::kThreads, 0, stream>>>(
+              op, count, lines.length, in, out);
+    } else {
+      rowsKernel<BlockRows, T>
+          <<<blocksFor(count, BlockRows::kRowsPerBlock), BlockRows::kThreads, 0, stream>>>(
+              op, count, lines.length, in, out);
+    }
+    return cudaGetLastError();
+  });
 }
 
 }  // namespace
 
-cudaError_t launchSoftmax(SoftmaxKind kind, const Lines& lines, RowKernel rows, const float* x,
-                          float* y, cudaStream_t stream) {
+bool normSupported(ElementType type) {
+  return type == ElementType::kFloat32 || type == ElementType::kFloat16 ||
+         type == ElementType::kBFloat16;
+}
+
+cudaError_t launchSoftmax(SoftmaxKind kind, const Lines& lines, RowKernel rows, ElementType type,
+                          const void* x, void* y, cudaStream_t stream) {
   const LineOp op = kind == SoftmaxKind::kSoftmax      ? LineOp::kSoftmax
                     : kind == SoftmaxKind::kLogSoftmax ? LineOp::kLogSoftmax
                                                        : LineOp::kHardmax;
-  return launchLines(op, lines, rows, x, y, stream);
+  return launchLines(op, lines, rows, type, x, y, stream);
 }
 
-cudaError_t launchLpNormalization(int p, const Lines& lines, RowKernel rows, const float* x,
-                                  float* y, cudaStream_t stream) {
+cudaError_t launchLpNormalization(int p, const Lines& lines, RowKernel rows, ElementType type,
+                                  const void* x, void* y, cudaStream_t stream) {
   if (p != 1 && p != 2) return cudaErrorInvalidValue;
-  return launchLines(p == 1 ? LineOp::kL1 : LineOp::kL2, lines, rows, x, y, stream);
+  return launchLines(p == 1 ? LineOp::kL1 : LineOp::kL2, lines, rows, type, x, y, stream);
 }
 
-cudaError_t launchRowNormalization(const RowNormalization& norm, RowKernel rows, const float* x,
-                                   const float* scale, const float* bias, float* y, float* mean,
-                                   float* invStdDev, cudaStream_t stream) {
+cudaError_t launchRowNormalization(const RowNormalization& norm, RowKernel rows, const void* x,
+                                   const void* scale, const void* bias, void* y, void* mean,
+                                   void* invStdDev, cudaStream_t stream) {
   if (norm.rows <= 0 || norm.width <= 0) return cudaSuccess;
   if (!scale || norm.channels < 0) return cudaErrorInvalidValue;
-  if (rows == RowKernel::kWarp) {
-    rowNormKernel<WarpRows, float>
-        <<<blocksFor(norm.rows, WarpRows::kRowsPerBlock), WarpRows::kThreads, 0, stream>>>(
-            norm, x, scale, bias, y, mean, invStdDev);
-  } else {
-    rowNormKernel<BlockRows, float>
-        <<<blocksFor(norm.rows, BlockRows::kRowsPerBlock), BlockRows::kThreads, 0, stream>>>(
-            norm, x, scale, bias, y, mean, invStdDev);
+  if (norm.statType != ElementType::kFloat32 && norm.statType != norm.type) {
+    return cudaErrorInvalidValue;
   }
-  return cudaGetLastError();
+  const bool statsInT = norm.statType == norm.type;
+  return dispatch(norm.type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* in = static_cast<const T*>(x);
+    const T* s = static_cast<const T*>(scale);
+    const T* b = static_cast<const T*>(bias);
+    T* out = static_cast<T*>(y);
+    if (rows == RowKernel::kWarp) {
+      rowNormKernel<WarpRows, T>
+          <<<blocksFor(norm.rows, WarpRows::kRowsPerBlock), WarpRows::kThreads, 0, stream>>>(
+              norm, in, s, b, out, mean, invStdDev, statsInT);
+    } else {
+      rowNormKernel<BlockRows, T>
+          <<<blocksFor(norm.rows, BlockRows::kRowsPerBlock), BlockRows::kThreads, 0, stream>>>(
+              norm, in, s, b, out, mean, invStdDev, statsInT);
+    }
+    return cudaGetLastError();
+  });
 }
 
-cudaError_t launchBatchNormalization(const BatchNormGeometry& geometry, const float* x,
-                                     const float* scale, const float* bias, const float* mean,
-                                     const float* var, float* y, cudaStream_t stream) {
+cudaError_t launchBatchNormalization(const BatchNormGeometry& geometry, const void* x,
+                                     const void* scale, const void* bias, const void* mean,
+                                     const void* var, void* y, cudaStream_t stream) {
   if (geometry.count <= 0) return cudaSuccess;
   if (geometry.channels <= 0 || geometry.inner <= 0) return cudaErrorInvalidValue;
-  batchNormKernel<float>
-      <<<blocksFor(geometry.count, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(
-          geometry, x, scale, bias, mean, var, y);
-  return cudaGetLastError();
+  return dispatch(geometry.type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    batchNormKernel<T>
+        <<<blocksFor(geometry.count, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(
+            geometry, static_cast<const T*>(x), static_cast<const T*>(scale),
+            static_cast<const T*>(bias), static_cast<const T*>(mean), static_cast<const T*>(var),
+            static_cast<T*>(y));
+    return cudaGetLastError();
+  });
 }
 
-cudaError_t launchMeanVarianceNormalization(const SlotGeometry& geometry, const float* x, float* y,
-                                            cudaStream_t stream) {
+cudaError_t launchMeanVarianceNormalization(const SlotGeometry& geometry, ElementType type,
+                                            const void* x, void* y, cudaStream_t stream) {
   if (geometry.keptRank < 0 || geometry.keptRank > kMaxNormRank || geometry.reducedRank < 0 ||
       geometry.reducedRank > kMaxNormRank) {
     return cudaErrorInvalidValue;
@@ -396,9 +463,12 @@ cudaError_t launchMeanVarianceNormalization(const SlotGeometry& geometry, const 
   for (int a = 0; a < geometry.keptRank; ++a) slots *= geometry.keptDims[a];
   for (int a = 0; a < geometry.reducedRank; ++a) count *= geometry.reducedDims[a];
   if (slots <= 0 || count <= 0) return cudaSuccess;
-  meanVarianceKernel<float>
-      <<<blocksFor(slots, 1), kElementwiseThreads, 0, stream>>>(geometry, x, y, slots, count);
-  return cudaGetLastError();
+  return dispatch(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    meanVarianceKernel<T><<<blocksFor(slots, 1), kElementwiseThreads, 0, stream>>>(
+        geometry, static_cast<const T*>(x), static_cast<T*>(y), slots, count);
+    return cudaGetLastError();
+  });
 }
 
 }  // namespace kiln::cuda

@@ -1,12 +1,15 @@
 // kiln's normalisation kernels on the GPU (norm.cu): Softmax, LogSoftmax, Hardmax and
 // LpNormalization along one axis, LayerNormalization and InstanceNormalization over rows,
-// inference BatchNormalization, and MeanVarianceNormalization over any set of axes. float32 for
-// now; the kernels are templated on the element type and accumulate in float.
+// inference BatchNormalization, and MeanVarianceNormalization over any set of axes. Elements are
+// float32, float16 or bfloat16 (every data tensor of a launch the same: `type`); the kernels load
+// them into float, accumulate in float and round once on the way out.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+
+#include "kiln/backends/cuda/kernels/eltwise.h"  // ElementType
 
 namespace kiln::cuda {
 
@@ -29,42 +32,49 @@ enum class SoftmaxKind : int {
   kHardmax,     // 1 at the first maximum (the first NaN, if any), 0 elsewhere
 };
 
+// Whether the kernels below take elements of `type` (float32, float16, bfloat16).
+bool normSupported(ElementType type);
+
 // Normalises every line of x into y, max-subtracted for stability.
-cudaError_t launchSoftmax(SoftmaxKind kind, const Lines& lines, RowKernel rows, const float* x,
-                          float* y, cudaStream_t stream);
+cudaError_t launchSoftmax(SoftmaxKind kind, const Lines& lines, RowKernel rows, ElementType type,
+                          const void* x, void* y, cudaStream_t stream);
 
 // y = x / ||line||_p for p = 1 or 2, per line.
-cudaError_t launchLpNormalization(int p, const Lines& lines, RowKernel rows, const float* x,
-                                  float* y, cudaStream_t stream);
+cudaError_t launchLpNormalization(int p, const Lines& lines, RowKernel rows, ElementType type,
+                                  const void* x, void* y, cudaStream_t stream);
 
 // Rows of `width` contiguous elements, each normalised to zero mean and unit variance (biased,
 // two-pass), then scaled and shifted: y = (x - mean) / sqrt(var + epsilon) * scale + bias.
 // With channels == 0 scale and bias have one value per element of a row (LayerNormalization);
-// otherwise one per row, row r taking value r % channels (InstanceNormalization). bias, mean and
-// invStdDev (rows values each, float) may be null.
+// otherwise one per row, row r taking value r % channels (InstanceNormalization). x, scale, bias
+// and y are of `type`; bias, mean and invStdDev (rows values each, of `statType`: float32 or
+// `type`) may be null.
 struct RowNormalization {
   int64_t rows = 0;
   int64_t width = 0;
   float epsilon = 1e-5f;
   int64_t channels = 0;
+  ElementType type = ElementType::kFloat32;
+  ElementType statType = ElementType::kFloat32;
 };
-cudaError_t launchRowNormalization(const RowNormalization& norm, RowKernel rows, const float* x,
-                                   const float* scale, const float* bias, float* y, float* mean,
-                                   float* invStdDev, cudaStream_t stream);
+cudaError_t launchRowNormalization(const RowNormalization& norm, RowKernel rows, const void* x,
+                                   const void* scale, const void* bias, void* y, void* mean,
+                                   void* invStdDev, cudaStream_t stream);
 
 // Inference BatchNormalization over `count` elements: y = (x - mean) / sqrt(var + epsilon) *
 // scale + bias, with parameter index (i / inner) % channels, or i % (channels * inner) when
-// perElement (the pre-opset-9 spatial=0 form).
+// perElement (the pre-opset-9 spatial=0 form). Every tensor is of `type`.
 struct BatchNormGeometry {
   int64_t count = 0;
   int64_t channels = 0;
   int64_t inner = 1;
   bool perElement = false;
   float epsilon = 1e-5f;
+  ElementType type = ElementType::kFloat32;
 };
-cudaError_t launchBatchNormalization(const BatchNormGeometry& geometry, const float* x,
-                                     const float* scale, const float* bias, const float* mean,
-                                     const float* var, float* y, cudaStream_t stream);
+cudaError_t launchBatchNormalization(const BatchNormGeometry& geometry, const void* x,
+                                     const void* scale, const void* bias, const void* mean,
+                                     const void* var, void* y, cudaStream_t stream);
 
 constexpr int kMaxNormRank = 8;
 
@@ -79,7 +89,7 @@ struct SlotGeometry {
   int64_t reducedDims[kMaxNormRank] = {};
   int64_t reducedStrides[kMaxNormRank] = {};
 };
-cudaError_t launchMeanVarianceNormalization(const SlotGeometry& geometry, const float* x, float* y,
-                                            cudaStream_t stream);
+cudaError_t launchMeanVarianceNormalization(const SlotGeometry& geometry, ElementType type,
+                                            const void* x, void* y, cudaStream_t stream);
 
 }  // namespace kiln::cuda

@@ -1,8 +1,10 @@
 // The CUDA backend's normalisation steps (norm.h's kernels): Softmax, LogSoftmax and Hardmax,
 // LpNormalization, LayerNormalization (with its optional Mean and InvStdDev outputs),
-// InstanceNormalization, inference BatchNormalization and MeanVarianceNormalization, all in
-// float32. Each factory reads the node's axis and shapes into the kernel's row or line geometry
-// and refuses (nullptr: the host runs it) what it cannot compute exactly as the reference does.
+// InstanceNormalization, inference BatchNormalization and MeanVarianceNormalization, in float32,
+// float16 or bfloat16 (the reduced types where cuda.precision made the node reduced, with
+// cuda.precision.norm_fp32 off: every data tensor of the node has the one type, the math is
+// float). Each factory reads the node's axis and shapes into the kernel's row or line geometry
+// and refuses (nullptr: the host runs it) what it cannot compute as the reference does.
 #include <algorithm>
 #include <optional>
 #include <set>
@@ -39,7 +41,27 @@ int64_t product(const std::vector<int64_t>& dims, size_t begin, size_t end) {
   return result;
 }
 
+// The kernels' element type for `value`'s dtype: float32, float16 or bfloat16.
+std::optional<ElementType> typeOf(const ir::Value* value) {
+  if (!value) return std::nullopt;
+  switch (value->dtype) {
+    case DType::kFloat32:
+      return ElementType::kFloat32;
+    case DType::kFloat16:
+      return ElementType::kFloat16;
+    case DType::kBFloat16:
+      return ElementType::kBFloat16;
+    default:
+      return std::nullopt;
+  }
+}
+
 bool isFloat32(const ir::Value* value) { return value && value->dtype == DType::kFloat32; }
+
+// Whether `value` is present with the same dtype as `like`.
+bool sameType(const ir::Value* value, const ir::Value* like) {
+  return value && like && value->dtype == like->dtype;
+}
 
 RowKernel rowKernelFor(int64_t width) {
   return width <= kWarpRowLimit ? RowKernel::kWarp : RowKernel::kBlock;
@@ -56,16 +78,16 @@ Lines linesAlong(const ir::Shape& shape, size_t axis) {
 class LinesStep final : public Step {
  public:
   // p == 0: the softmax family (`kind`); p == 1 or 2: LpNormalization.
-  LinesStep(SoftmaxKind kind, int p, Lines lines, RowKernel rows)
-      : kind_(kind), p_(p), lines_(lines), rows_(rows) {}
+  LinesStep(SoftmaxKind kind, int p, Lines lines, RowKernel rows, ElementType type)
+      : kind_(kind), p_(p), lines_(lines), rows_(rows), type_(type) {}
 
   Status enqueue(const Context& context) const override {
-    const float* x = context.data<float>(*inputs[0]);
-    float* y = context.data<float>(*outputs[0]);
+    const void* x = context.address(*inputs[0]);
+    void* y = context.address(*outputs[0]);
     if (p_ == 0) {
-      KILN_CUDA_CHECK(launchSoftmax(kind_, lines_, rows_, x, y, context.stream));
+      KILN_CUDA_CHECK(launchSoftmax(kind_, lines_, rows_, type_, x, y, context.stream));
     } else {
-      KILN_CUDA_CHECK(launchLpNormalization(p_, lines_, rows_, x, y, context.stream));
+      KILN_CUDA_CHECK(launchLpNormalization(p_, lines_, rows_, type_, x, y, context.stream));
     }
     KILN_CUDA_CHECK_LAUNCH(p_ == 0 ? "the softmax" : "the Lp normalisation");
     return Status::ok();
@@ -76,12 +98,14 @@ class LinesStep final : public Step {
   int p_;
   Lines lines_;
   RowKernel rows_;
+  ElementType type_;
 };
 
 std::unique_ptr<Step> makeSoftmax(const ir::Node& node, const knobs::Route& route) {
   const ir::Value* x = node.inputs[0];
   const ir::Value* y = node.outputs[0];
-  if (!isFloat32(x) || !isFloat32(y) || x->shape != y->shape) return nullptr;
+  const std::optional<ElementType> type = typeOf(x);
+  if (!type || !sameType(y, x) || x->shape != y->shape) return nullptr;
   const int64_t rank = static_cast<int64_t>(x->shape.rank());
   if (rank == 0) return nullptr;
   Lines lines;
@@ -106,7 +130,7 @@ std::unique_ptr<Step> makeSoftmax(const ir::Node& node, const knobs::Route& rout
   const SoftmaxKind kind = node.opType == "Softmax"      ? SoftmaxKind::kSoftmax
                            : node.opType == "LogSoftmax" ? SoftmaxKind::kLogSoftmax
                                                          : SoftmaxKind::kHardmax;
-  auto step = std::make_unique<LinesStep>(kind, 0, lines, rows);
+  auto step = std::make_unique<LinesStep>(kind, 0, lines, rows, *type);
   // The kernel chosen is part of the tactic: strided lines, or a warp or a block per row.
   step->tactic = lines.inner > 1            ? "kiln.softmax.strided"
                  : rows == RowKernel::kWarp ? "kiln.softmax.warp"
@@ -117,7 +141,8 @@ std::unique_ptr<Step> makeSoftmax(const ir::Node& node, const knobs::Route& rout
 std::unique_ptr<Step> makeLpNormalization(const ir::Node& node) {
   const ir::Value* x = node.inputs[0];
   const ir::Value* y = node.outputs[0];
-  if (!isFloat32(x) || !isFloat32(y) || x->shape != y->shape) return nullptr;
+  const std::optional<ElementType> type = typeOf(x);
+  if (!type || !sameType(y, x) || x->shape != y->shape) return nullptr;
   const int64_t rank = static_cast<int64_t>(x->shape.rank());
   auto rawAxis = node.getInt("axis", -1);
   auto p = node.getInt("p", 2);
@@ -126,7 +151,7 @@ std::unique_ptr<Step> makeLpNormalization(const ir::Node& node) {
   if (!axis.isOk()) return nullptr;
   const Lines lines = linesAlong(x->shape, static_cast<size_t>(*axis));
   auto step = std::make_unique<LinesStep>(SoftmaxKind::kSoftmax, static_cast<int>(*p), lines,
-                                          rowKernelFor(lines.length));
+                                          rowKernelFor(lines.length), *type);
   step->tactic = "kiln.lpnorm";
   return step;
 }
@@ -141,13 +166,14 @@ struct RowParameter {
   std::optional<StridedGather> expand;
 };
 
-// How LayerNormalization's parameter `input` (broadcasting to `x`) covers the rows that start at
-// `axis`: nullopt when it varies between rows, which the kernel does not do.
-std::optional<RowParameter> rowParameter(const ir::Node& node, size_t input, const ir::Shape& x,
-                                         size_t axis) {
+// How LayerNormalization's parameter `input` (broadcasting to `x`, of its type) covers the rows
+// that start at `axis`: nullopt when it varies between rows, which the kernel does not do.
+std::optional<RowParameter> rowParameter(const ir::Node& node, size_t input,
+                                         const ir::Value& xValue, size_t axis) {
   const ir::Value* value = node.input(input);
   if (!value) return RowParameter{};
-  if (!isFloat32(value) || value->shape.rank() > x.rank()) return std::nullopt;
+  const ir::Shape& x = xValue.shape;
+  if (!sameType(value, &xValue) || value->shape.rank() > x.rank()) return std::nullopt;
   const size_t lead = x.rank() - value->shape.rank();
   const std::vector<int64_t> strides = value->shape.strides();
   auto dimAt = [&](size_t a) { return a < lead ? int64_t{1} : value->shape[a - lead]; };
@@ -185,13 +211,13 @@ class RowNormStep final : public Step {
   }
 
   Status enqueue(const Context& context) const override {
-    KILN_ASSIGN_OR_RETURN(const float* scale, parameter(context, scale_, 0));
-    KILN_ASSIGN_OR_RETURN(const float* bias, parameter(context, bias_, expandedBytes()));
-    auto output = [&](size_t i) {
-      return i < outputs.size() && outputs[i] ? context.data<float>(*outputs[i]) : nullptr;
+    KILN_ASSIGN_OR_RETURN(const void* scale, parameter(context, scale_, 0));
+    KILN_ASSIGN_OR_RETURN(const void* bias, parameter(context, bias_, expandedBytes()));
+    auto output = [&](size_t i) -> void* {
+      return i < outputs.size() && outputs[i] ? context.address(*outputs[i]) : nullptr;
     };
     KILN_CUDA_CHECK(launchRowNormalization(norm_, rowKernelFor(norm_.width),
-                                           context.data<float>(*inputs[0]), scale, bias, output(0),
+                                           context.address(*inputs[0]), scale, bias, output(0),
                                            output(1), output(2), context.stream));
     KILN_CUDA_CHECK_LAUNCH("the row normalisation");
     return Status::ok();
@@ -199,21 +225,22 @@ class RowNormStep final : public Step {
 
  private:
   int64_t expandedBytes() const {
-    const int64_t bytes = norm_.width * static_cast<int64_t>(sizeof(float));
+    const int64_t bytes = norm_.width * static_cast<int64_t>(elementBytes(norm_.type));
     return (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
   }
 
   // The parameter's values one per row element: the input itself, or its expansion into the
   // workspace at `workspaceOffset`; null when absent.
-  Result<const float*> parameter(const Context& context, const RowParameter& p,
-                                 int64_t workspaceOffset) const {
-    if (p.input < 0) return static_cast<const float*>(nullptr);
+  Result<const void*> parameter(const Context& context, const RowParameter& p,
+                                int64_t workspaceOffset) const {
+    if (p.input < 0) return static_cast<const void*>(nullptr);
     const std::byte* source = context.address(*inputs[static_cast<size_t>(p.input)]);
-    if (!p.expand) return reinterpret_cast<const float*>(source);
+    if (!p.expand) return static_cast<const void*>(source);
     std::byte* target = context.workspace + workspaceOffset;
-    KILN_CUDA_CHECK(launchStridedGather(*p.expand, source, target, sizeof(float), context.stream));
+    KILN_CUDA_CHECK(
+        launchStridedGather(*p.expand, source, target, elementBytes(norm_.type), context.stream));
     KILN_CUDA_CHECK_LAUNCH("the normalisation parameter's expansion");
-    return reinterpret_cast<const float*>(target);
+    return static_cast<const void*>(target);
   }
 
   RowNormalization norm_;
@@ -224,7 +251,8 @@ class RowNormStep final : public Step {
 std::unique_ptr<Step> makeLayerNorm(const ir::Node& node) {
   const ir::Value* x = node.inputs[0];
   const ir::Value* y = node.outputs[0];
-  if (!isFloat32(x) || !isFloat32(y) || x->shape != y->shape || !node.input(1)) return nullptr;
+  const std::optional<ElementType> type = typeOf(x);
+  if (!type || !sameType(y, x) || x->shape != y->shape || !node.input(1)) return nullptr;
   const int64_t rank = static_cast<int64_t>(x->shape.rank());
   auto rawAxis = node.getInt("axis", -1);
   auto epsilon = node.getFloat("epsilon", 1e-5f);
@@ -236,15 +264,22 @@ std::unique_ptr<Step> makeLayerNorm(const ir::Node& node) {
   norm.rows = product(x->shape.dims(), 0, a);
   norm.width = product(x->shape.dims(), a, x->shape.rank());
   norm.epsilon = *epsilon;
-  // Mean and InvStdDev, when asked for, must be float (stash_type 1) with one value per row.
+  norm.type = *type;
+  // Mean and InvStdDev, when asked for, must have one value per row, both of one type: float
+  // (stash_type 1), or x's type (cuda.precision gives a reduced node reduced statistics too).
+  std::optional<DType> statType;
   for (size_t i = 1; i < node.outputs.size(); ++i) {
     const ir::Value* stat = node.outputs[i];
     if (!stat) continue;
-    if (i > 2 || !isFloat32(stat) || stat->shape.elementCount() != norm.rows) return nullptr;
+    if (i > 2 || stat->shape.elementCount() != norm.rows) return nullptr;
+    if (!isFloat32(stat) && !sameType(stat, x)) return nullptr;
+    if (statType && *statType != stat->dtype) return nullptr;
+    statType = stat->dtype;
     if (norm.width == 0 && norm.rows > 0) return nullptr;  // nothing to average
   }
-  auto scale = rowParameter(node, 1, x->shape, a);
-  auto bias = rowParameter(node, 2, x->shape, a);
+  norm.statType = statType && *statType != DType::kFloat32 ? *type : ElementType::kFloat32;
+  auto scale = rowParameter(node, 1, *x, a);
+  auto bias = rowParameter(node, 2, *x, a);
   if (!scale || !bias) return nullptr;
   auto step = std::make_unique<RowNormStep>(norm, std::move(*scale), std::move(*bias));
   step->tactic = "kiln.layernorm";
@@ -256,7 +291,8 @@ std::unique_ptr<Step> makeInstanceNorm(const ir::Node& node) {
   const ir::Value* y = node.outputs[0];
   const ir::Value* scale = node.input(1);
   const ir::Value* bias = node.input(2);
-  if (!isFloat32(x) || !isFloat32(y) || !isFloat32(scale) || !isFloat32(bias)) return nullptr;
+  const std::optional<ElementType> type = typeOf(x);
+  if (!type || !sameType(y, x) || !sameType(scale, x) || !sameType(bias, x)) return nullptr;
   auto epsilon = node.getFloat("epsilon", 1e-5f);
   if (x->shape.rank() < 2 || x->shape != y->shape || !epsilon.isOk()) return nullptr;
   const int64_t channels = x->shape[1];
@@ -268,6 +304,7 @@ std::unique_ptr<Step> makeInstanceNorm(const ir::Node& node) {
   norm.width = product(x->shape.dims(), 2, x->shape.rank());
   norm.epsilon = *epsilon;
   norm.channels = std::max<int64_t>(channels, 1);
+  norm.type = *type;
   auto step = std::make_unique<RowNormStep>(norm, RowParameter{1, std::nullopt},
                                             RowParameter{2, std::nullopt});
   step->tactic = "kiln.instancenorm";
@@ -281,9 +318,9 @@ class BatchNormStep final : public Step {
   explicit BatchNormStep(BatchNormGeometry geometry) : geometry_(geometry) {}
 
   Status enqueue(const Context& context) const override {
-    auto in = [&](size_t i) { return context.data<float>(*inputs[i]); };
+    auto in = [&](size_t i) -> const void* { return context.address(*inputs[i]); };
     KILN_CUDA_CHECK(launchBatchNormalization(geometry_, in(0), in(1), in(2), in(3), in(4),
-                                             context.data<float>(*outputs[0]), context.stream));
+                                             context.address(*outputs[0]), context.stream));
     KILN_CUDA_CHECK_LAUNCH("the batch normalisation");
     return Status::ok();
   }
@@ -295,7 +332,8 @@ class BatchNormStep final : public Step {
 std::unique_ptr<Step> makeBatchNorm(const ir::Node& node) {
   const ir::Value* x = node.inputs[0];
   const ir::Value* y = node.outputs[0];
-  if (node.inputs.size() != 5 || !isFloat32(y) || x->shape.rank() < 2 || x->shape != y->shape) {
+  const std::optional<ElementType> type = typeOf(y);
+  if (node.inputs.size() != 5 || !type || x->shape.rank() < 2 || x->shape != y->shape) {
     return nullptr;
   }
   for (size_t i = 1; i < node.outputs.size(); ++i) {
@@ -311,11 +349,12 @@ std::unique_ptr<Step> makeBatchNorm(const ir::Node& node) {
   geometry.inner = product(x->shape.dims(), 2, x->shape.rank());
   geometry.perElement = node.opsetVersion < 9 && *spatial == 0;
   geometry.epsilon = *epsilon;
+  geometry.type = *type;
   const int64_t parameters =
       geometry.perElement ? geometry.channels * geometry.inner : geometry.channels;
   for (size_t i = 0; i < 5; ++i) {
     const ir::Value* input = node.inputs[i];
-    if (!isFloat32(input)) return nullptr;
+    if (!sameType(input, y)) return nullptr;
     if (i > 0 && input->shape.elementCount() != parameters) return nullptr;
   }
   if (geometry.count > 0 && (geometry.channels <= 0 || geometry.inner <= 0)) return nullptr;
@@ -328,27 +367,26 @@ std::unique_ptr<Step> makeBatchNorm(const ir::Node& node) {
 
 class MeanVarianceStep final : public Step {
  public:
-  explicit MeanVarianceStep(SlotGeometry geometry) : geometry_(geometry) {}
+  MeanVarianceStep(SlotGeometry geometry, ElementType type) : geometry_(geometry), type_(type) {}
 
   Status enqueue(const Context& context) const override {
-    KILN_CUDA_CHECK(launchMeanVarianceNormalization(geometry_, context.data<float>(*inputs[0]),
-                                                    context.data<float>(*outputs[0]),
-                                                    context.stream));
+    KILN_CUDA_CHECK(launchMeanVarianceNormalization(geometry_, type_, context.address(*inputs[0]),
+                                                    context.address(*outputs[0]), context.stream));
     KILN_CUDA_CHECK_LAUNCH("the mean-variance normalisation");
     return Status::ok();
   }
 
  private:
   SlotGeometry geometry_;
+  ElementType type_;
 };
 
 std::unique_ptr<Step> makeMeanVariance(const ir::Node& node) {
   const ir::Value* x = node.inputs[0];
   const ir::Value* y = node.outputs[0];
   const int64_t rank = static_cast<int64_t>(x->shape.rank());
-  if (!isFloat32(x) || !isFloat32(y) || x->shape != y->shape || rank > kMaxNormRank) {
-    return nullptr;
-  }
+  const std::optional<ElementType> type = typeOf(x);
+  if (!type || !sameType(y, x) || x->shape != y->shape || rank > kMaxNormRank) return nullptr;
   auto axes = node.getInts("axes", {0, 2, 3});
   if (!axes.isOk()) return nullptr;
   std::set<int64_t> reduced;
@@ -368,7 +406,7 @@ std::unique_ptr<Step> makeMeanVariance(const ir::Node& node) {
       geometry.keptStrides[geometry.keptRank++] = strides[a];
     }
   }
-  auto step = std::make_unique<MeanVarianceStep>(geometry);
+  auto step = std::make_unique<MeanVarianceStep>(geometry, *type);
   step->tactic = "kiln.mvn";
   return step;
 }

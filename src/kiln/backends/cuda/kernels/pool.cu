@@ -1,6 +1,9 @@
 // kiln's pooling kernels (pool.h): windowed max/average pooling, one thread per output element,
 // and the global pools (a block per plane for contiguous planes, a thread per plane for
-// channels-last). Float accumulation, int64 indices.
+// channels-last). Float accumulation (float16 and bfloat16 elements are loaded into float and
+// the result rounded once), int64 indices.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -16,6 +19,37 @@ constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // grid-stride loops cover the
 
 int64_t blocksFor(int64_t count) {
   return std::min<int64_t>((count + kThreads - 1) / kThreads, kMaxBlocks);
+}
+
+__device__ __forceinline__ float load(float value) { return value; }
+__device__ __forceinline__ float load(__half value) { return __half2float(value); }
+__device__ __forceinline__ float load(__nv_bfloat16 value) { return __bfloat162float(value); }
+
+__device__ __forceinline__ void store(float* at, float value) { *at = value; }
+__device__ __forceinline__ void store(__half* at, float value) { *at = __float2half_rn(value); }
+__device__ __forceinline__ void store(__nv_bfloat16* at, float value) {
+  *at = __float2bfloat16_rn(value);
+}
+
+template <typename T>
+struct Tag {
+  using type = T;
+};
+
+// Calls fn(Tag<T>{}) with the element type T of `type`; cudaErrorInvalidValue for a type the
+// kernels do not take.
+template <typename Fn>
+cudaError_t dispatch(ElementType type, Fn fn) {
+  switch (type) {
+    case ElementType::kFloat32:
+      return fn(Tag<float>{});
+    case ElementType::kFloat16:
+      return fn(Tag<__half>{});
+    case ElementType::kBFloat16:
+      return fn(Tag<__nv_bfloat16>{});
+    default:
+      return cudaErrorInvalidValue;
+  }
 }
 
 // Kernel positions k of one axis whose coordinate lands in [-padBegin, in + padEnd): the window's
@@ -72,8 +106,7 @@ __global__ void windowPoolKernel(PoolGeometry g, PoolKind kind, const T* __restr
         for (int64_t kw = 0; kw < g.kernel[2]; ++kw) {
           const int64_t iw = start[2] + kw * g.dilation[2];
           if (iw < 0 || iw >= g.in[2]) continue;
-          const float v = static_cast<float>(
-              plane[id * g.xStrides[2] + ih * g.xStrides[3] + iw * g.xStrides[4]]);
+          const float v = load(plane[id * g.xStrides[2] + ih * g.xStrides[3] + iw * g.xStrides[4]]);
           // As the reference: the first tap, then any larger one; NaN loses to any number.
           if (!found || v > best || (isnan(best) && !isnan(v))) best = v;
           found = true;
@@ -95,8 +128,9 @@ __global__ void windowPoolKernel(PoolGeometry g, PoolKind kind, const T* __restr
       result =
           sum / static_cast<float>(divisor);  // 0 / 0 = NaN for an empty window, as the reference
     }
-    y[n * g.yStrides[0] + c * g.yStrides[1] + o[0] * g.yStrides[2] + o[1] * g.yStrides[3] +
-      o[2] * g.yStrides[4]] = static_cast<T>(result);
+    store(y + n * g.yStrides[0] + c * g.yStrides[1] + o[0] * g.yStrides[2] + o[1] * g.yStrides[3] +
+              o[2] * g.yStrides[4],
+          result);
   }
 }
 
@@ -109,7 +143,7 @@ __global__ void globalPoolBlockKernel(bool average, const T* __restrict__ x, T* 
     const T* in = x + plane * size;
     float accumulated = average ? 0.0f : -INFINITY;
     for (int64_t i = threadIdx.x; i < size; i += blockDim.x) {
-      const float v = static_cast<float>(in[i]);
+      const float v = load(in[i]);
       if (average) {
         accumulated += v;
       } else if (v > accumulated) {  // NaN never wins
@@ -130,7 +164,7 @@ __global__ void globalPoolBlockKernel(bool average, const T* __restrict__ x, T* 
       __syncthreads();
     }
     if (threadIdx.x == 0) {
-      y[plane] = static_cast<T>(average ? partial[0] / static_cast<float>(size) : partial[0]);
+      store(y + plane, average ? partial[0] / static_cast<float>(size) : partial[0]);
     }
     __syncthreads();  // partial is reused by the next plane
   }
@@ -149,44 +183,57 @@ __global__ void globalPoolChannelsLastKernel(bool average, const T* __restrict__
     const T* in = x + n * size * channels + c;
     float accumulated = average ? 0.0f : -INFINITY;
     for (int64_t s = 0; s < size; ++s) {
-      const float v = static_cast<float>(in[s * channels]);
+      const float v = load(in[s * channels]);
       if (average) {
         accumulated += v;
       } else if (v > accumulated) {
         accumulated = v;
       }
     }
-    y[i] = static_cast<T>(average ? accumulated / static_cast<float>(size) : accumulated);
+    store(y + i, average ? accumulated / static_cast<float>(size) : accumulated);
   }
 }
 
 }  // namespace
 
-cudaError_t launchWindowPool(const PoolGeometry& geometry, PoolKind kind, const float* x, float* y,
-                             cudaStream_t stream) {
+bool poolSupported(ElementType type) {
+  return type == ElementType::kFloat32 || type == ElementType::kFloat16 ||
+         type == ElementType::kBFloat16;
+}
+
+cudaError_t launchWindowPool(const PoolGeometry& geometry, PoolKind kind, ElementType type,
+                             const void* x, void* y, cudaStream_t stream) {
   const int64_t total =
       geometry.batch * geometry.channels * geometry.out[0] * geometry.out[1] * geometry.out[2];
   if (total <= 0) return cudaSuccess;
-  windowPoolKernel<float><<<static_cast<unsigned>(blocksFor(total)), kThreads, 0, stream>>>(
-      geometry, kind, x, y, total);
-  return cudaGetLastError();
+  return dispatch(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    windowPoolKernel<T><<<static_cast<unsigned>(blocksFor(total)), kThreads, 0, stream>>>(
+        geometry, kind, static_cast<const T*>(x), static_cast<T*>(y), total);
+    return cudaGetLastError();
+  });
 }
 
-cudaError_t launchGlobalPool(bool average, const float* x, float* y, int64_t batch,
+cudaError_t launchGlobalPool(bool average, ElementType type, const void* x, void* y, int64_t batch,
                              int64_t channels, int64_t size, bool channelsLast,
                              cudaStream_t stream) {
   const int64_t planes = batch * channels;
   if (planes <= 0) return cudaSuccess;
-  if (channelsLast) {
-    globalPoolChannelsLastKernel<float>
-        <<<static_cast<unsigned>(blocksFor(planes)), kThreads, 0, stream>>>(average, x, y, batch,
-                                                                            channels, size);
-  } else {
-    const int64_t blocks = std::min<int64_t>(planes, kMaxBlocks);
-    globalPoolBlockKernel<float>
-        <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(average, x, y, planes, size);
-  }
-  return cudaGetLastError();
+  return dispatch(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* in = static_cast<const T*>(x);
+    T* out = static_cast<T*>(y);
+    if (channelsLast) {
+      globalPoolChannelsLastKernel<T>
+          <<<static_cast<unsigned>(blocksFor(planes)), kThreads, 0, stream>>>(
+              average, in, out, batch, channels, size);
+    } else {
+      const int64_t blocks = std::min<int64_t>(planes, kMaxBlocks);
+      globalPoolBlockKernel<T>
+          <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(average, in, out, planes, size);
+    }
+    return cudaGetLastError();
+  });
 }
 
 }  // namespace kiln::cuda

@@ -1,10 +1,14 @@
 // kiln's pooling kernels on the GPU (pool.cu): windowed max and average pooling over 1-D to 3-D
 // spatial axes of any layout the element strides describe (NCHW and NHWC), and the global pools.
+// x and y are float32, float16 or bfloat16 (both the same); sums and comparisons are in float,
+// and a reduced-type result is rounded once.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+
+#include "kiln/backends/cuda/kernels/eltwise.h"  // ElementType
 
 namespace kiln::cuda {
 
@@ -32,15 +36,18 @@ struct PoolGeometry {
   bool channelsLast = false;      // threads walk the output channel-fastest (NHWC)
 };
 
+// Whether the kernels below take elements of `type` (float32, float16, bfloat16).
+bool poolSupported(ElementType type);
+
 // One thread per output element.
-cudaError_t launchWindowPool(const PoolGeometry& geometry, PoolKind kind, const float* x, float* y,
-                             cudaStream_t stream);
+cudaError_t launchWindowPool(const PoolGeometry& geometry, PoolKind kind, ElementType type,
+                             const void* x, void* y, cudaStream_t stream);
 
 // y[n * channels + c] = mean or max of the `size` spatial elements of plane (n, c): contiguous
 // planes (NCHW), or with channelsLast the elements `channels` apart ([N, ..., C]). NaN elements
 // never win the max (a plane of NaN gives -inf, as the reference); an empty plane gives NaN for
 // the mean and -inf for the max.
-cudaError_t launchGlobalPool(bool average, const float* x, float* y, int64_t batch,
+cudaError_t launchGlobalPool(bool average, ElementType type, const void* x, void* y, int64_t batch,
                              int64_t channels, int64_t size, bool channelsLast,
                              cudaStream_t stream);
 

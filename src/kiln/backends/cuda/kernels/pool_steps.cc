@@ -1,9 +1,11 @@
 // Pooling on the GPU with kiln's kernels (pool.cu): MaxPool (without its Indices output),
 // AveragePool and the global pools, on NCHW tensors with 1 to 3 spatial axes (global pools: any
-// number), and kiln's NHWC versions of each (layout.h). float32 only.
+// number), and kiln's NHWC versions of each (layout.h). float32, and float16 / bfloat16 (where
+// cuda.precision made the node reduced: max exact, averages summed in float, rounded once).
 //
 // What stays on the host: MaxPool's Indices output (the step would have to reproduce the
-// reference's storage_order indexing for a rarely used output), LpPool, and integer MaxPool.
+// reference's storage_order indexing for a rarely used output), LpPool, integer and float64
+// MaxPool.
 //
 // Tactics: "kiln.pool" (windowed), "kiln.global_pool".
 #include <optional>
@@ -66,40 +68,63 @@ void alignedStrides(const ir::Shape& shape, bool nhwc, int64_t out[5]) {
   for (size_t axis = missing; axis-- > 0;) out[2 + axis] = out[3 + axis] * extent[axis + 1];
 }
 
+// The kernels' element type for `dtype`: float32, float16 or bfloat16.
+std::optional<ElementType> floatTypeOf(ir::DType dtype) {
+  switch (dtype) {
+    case ir::DType::kFloat32:
+      return ElementType::kFloat32;
+    case ir::DType::kFloat16:
+      return ElementType::kFloat16;
+    case ir::DType::kBFloat16:
+      return ElementType::kBFloat16;
+    default:
+      return std::nullopt;
+  }
+}
+
 class WindowPoolStep final : public Step {
  public:
-  WindowPoolStep(PoolGeometry geometry, PoolKind kind) : geometry_(geometry), kind_(kind) {}
+  WindowPoolStep(PoolGeometry geometry, PoolKind kind, ElementType type)
+      : geometry_(geometry), kind_(kind), type_(type) {}
 
   Status enqueue(const Context& context) const override {
-    return cudaStatus(launchWindowPool(geometry_, kind_, context.data<float>(*inputs[0]),
-                                       context.data<float>(*outputs[0]), context.stream),
+    return cudaStatus(launchWindowPool(geometry_, kind_, type_, context.address(*inputs[0]),
+                                       context.address(*outputs[0]), context.stream),
                       "the pooling kernel");
   }
 
  private:
   PoolGeometry geometry_;
   PoolKind kind_;
+  ElementType type_;
 };
 
 class GlobalPoolStep final : public Step {
  public:
-  GlobalPoolStep(bool average, int64_t batch, int64_t channels, int64_t size, bool nhwc)
-      : average_(average), batch_(batch), channels_(channels), size_(size), nhwc_(nhwc) {}
+  GlobalPoolStep(bool average, ElementType type, int64_t batch, int64_t channels, int64_t size,
+                 bool nhwc)
+      : average_(average),
+        type_(type),
+        batch_(batch),
+        channels_(channels),
+        size_(size),
+        nhwc_(nhwc) {}
 
   Status enqueue(const Context& context) const override {
-    return cudaStatus(launchGlobalPool(average_, context.data<float>(*inputs[0]),
-                                       context.data<float>(*outputs[0]), batch_, channels_, size_,
-                                       nhwc_, context.stream),
-                      "the global pooling kernel");
+    return cudaStatus(
+        launchGlobalPool(average_, type_, context.address(*inputs[0]), context.address(*outputs[0]),
+                         batch_, channels_, size_, nhwc_, context.stream),
+        "the global pooling kernel");
   }
 
  private:
   bool average_;
+  ElementType type_;
   int64_t batch_, channels_, size_;
   bool nhwc_;
 };
 
-std::unique_ptr<Step> makeGlobalPoolStep(const PoolNode& pool, const ir::Shape& x,
+std::unique_ptr<Step> makeGlobalPoolStep(const PoolNode& pool, ElementType type, const ir::Shape& x,
                                          const ir::Shape& y) {
   const ir::Shape nchw = pool.nhwc ? ir::permuteShape(x, ir::kNhwcToNchw) : x;
   std::vector<int64_t> expected(nchw.rank(), 1);
@@ -111,14 +136,14 @@ std::unique_ptr<Step> makeGlobalPoolStep(const PoolNode& pool, const ir::Shape& 
   }
   int64_t size = 1;
   for (size_t axis = 2; axis < nchw.rank(); ++axis) size *= nchw[axis];
-  auto step = std::make_unique<GlobalPoolStep>(pool.op == PoolOp::kGlobalAverage, nchw[0], nchw[1],
-                                               size, pool.nhwc);
+  auto step = std::make_unique<GlobalPoolStep>(pool.op == PoolOp::kGlobalAverage, type, nchw[0],
+                                               nchw[1], size, pool.nhwc);
   step->tactic = "kiln.global_pool";
   return step;
 }
 
 std::unique_ptr<Step> makeWindowPoolStep(const ir::Node& node, const PoolNode& pool,
-                                         const ir::Shape& x, const ir::Shape& y) {
+                                         ElementType type, const ir::Shape& x, const ir::Shape& y) {
   if (x.rank() > 5) return nullptr;
   const ir::Shape nchw = pool.nhwc ? ir::permuteShape(x, ir::kNhwcToNchw) : x;
   auto g = ir::resolvePoolGeometry(node, nchw);
@@ -150,7 +175,7 @@ std::unique_ptr<Step> makeWindowPoolStep(const ir::Node& node, const PoolNode& p
   alignedStrides(x, pool.nhwc, geometry.xStrides);
   alignedStrides(y, pool.nhwc, geometry.yStrides);
   geometry.channelsLast = pool.nhwc;
-  auto step = std::make_unique<WindowPoolStep>(geometry, kind);
+  auto step = std::make_unique<WindowPoolStep>(geometry, kind, type);
   step->tactic = "kiln.pool";
   return step;
 }
@@ -165,11 +190,12 @@ std::unique_ptr<Step> makePoolStep(const ir::Node& node, const knobs::Route& /*r
     if (node.outputs[i]) return nullptr;
   }
   const ir::Value* y = node.outputs[0];
-  if (x->dtype != ir::DType::kFloat32 || y->dtype != ir::DType::kFloat32) return nullptr;
+  const std::optional<ElementType> type = floatTypeOf(x->dtype);
+  if (!type || y->dtype != x->dtype || !poolSupported(*type)) return nullptr;
   if (x->shape.rank() < 3 || (pool->nhwc && x->shape.rank() != 4)) return nullptr;
   std::unique_ptr<Step> step = pool->op == PoolOp::kGlobalMax || pool->op == PoolOp::kGlobalAverage
-                                   ? makeGlobalPoolStep(*pool, x->shape, y->shape)
-                                   : makeWindowPoolStep(node, *pool, x->shape, y->shape);
+                                   ? makeGlobalPoolStep(*pool, *type, x->shape, y->shape)
+                                   : makeWindowPoolStep(node, *pool, *type, x->shape, y->shape);
   if (step) step->layout = pool->nhwc ? "nhwc" : "nchw";
   return step;
 }
