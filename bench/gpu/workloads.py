@@ -197,7 +197,10 @@ def _gpt2():
             self.model = model
 
         def forward(self, input_ids):
-            output = self.model(input_ids=input_ids, use_cache=False)
+            # An explicit all-ones mask: without one, transformers 5 looks for packed sequences in
+            # the position ids with torch.diff, which the TorchScript exporter cannot write.
+            mask = torch.ones_like(input_ids)
+            output = self.model(input_ids=input_ids, attention_mask=mask, use_cache=False)
             return _first_tensor(output, "last_hidden_state")
 
     torch.manual_seed(MODEL_SEED)
