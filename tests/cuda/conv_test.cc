@@ -1,11 +1,12 @@
-// The CUDA backend's convolutions (kernels/conv_steps.cc): Conv, kiln.FusedConv and
-// kiln.NhwcConv from cuDNN and from kiln's direct kernel, against the reference executor.
+// The CUDA backend's convolutions (kernels/conv_steps.cc): Conv, kiln.FusedConv, kiln.NhwcConv
+// and ConvTranspose from cuDNN and from kiln's direct kernels, against the reference executor.
 // Without a GPU each case checks the lowering's tactic (and so every cuda.conv.* knob's effect on
 // it); on a GPU it also runs the case, and checks that a step lowered to cuDNN still runs cuDNN
 // once prepared (a silent fall back to kiln's kernel would hide a broken cuDNN graph).
 #include <gtest/gtest.h>
 
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -424,8 +425,9 @@ TEST(CudaNhwcConv, RuntimeWeights) {
 // ---------------------------------------------------------------------------------------------
 // What the factory leaves to others.
 
-// float16 (and bfloat16) Conv is cuDNN's (below); float64 Conv and ConvTranspose are the host's.
-TEST(CudaConv, Float64AndConvTransposeAreNotTaken) {
+// float16 (and bfloat16) Conv is cuDNN's (below); float64 Conv and ConvTranspose are the host's;
+// float32 ConvTranspose is cuDNN's (its cases below).
+TEST(CudaConv, Float64IsTheHostsAndConvTransposeIsTaken) {
   BuilderConfig config;
   ASSERT_TRUE(config.setBuildRoute("").isOk());
   auto half = buildCuda(
@@ -443,14 +445,234 @@ TEST(CudaConv, Float64AndConvTransposeAreNotTaken) {
       config);
   ASSERT_TRUE(build.isOk()) << build.status().toString();
   EXPECT_EQ(cudaTacticOf(*build, "Conv"), "host.reference");
+  auto wideTranspose =
+      buildCuda(makeSingleOpGraph(
+                    "ConvTranspose",
+                    {{wide, false}, {ir::Tensor(ir::DType::kFloat64, Shape{2, 3, 3, 3}), true}}),
+                config);
+  ASSERT_TRUE(wideTranspose.isOk()) << wideTranspose.status().toString();
+  EXPECT_EQ(cudaTacticOf(*wideTranspose, "ConvTranspose"), "host.reference");
 
   auto transpose = buildCuda(
       makeSingleOpGraph("ConvTranspose",
                         {activations({1, 2, 4, 4}, 900), constantWeights({2, 3, 3, 3}, 901)}),
       config);
   ASSERT_TRUE(transpose.isOk()) << transpose.status().toString();
-  EXPECT_NE(cudaTacticOf(*transpose, "ConvTranspose").rfind("cudnn", 0), 0u);
-  EXPECT_NE(cudaTacticOf(*transpose, "ConvTranspose"), "kiln.conv");
+  EXPECT_EQ(cudaTacticOf(*transpose, "ConvTranspose"), "cudnn");
+}
+
+// ---------------------------------------------------------------------------------------------
+// ConvTranspose: X [N, C, ...], W [C, M/group, k...], every attribute the reference takes.
+
+struct TransposeShape {
+  std::string name;
+  Shape x, w;
+  CudaAttributes attributes;
+  bool bias = true;
+  bool cudnn = true;  // pads cuDNN's backward data can take (else kiln's kernel whatever the knob)
+};
+
+std::vector<TransposeShape> transposeShapes() {
+  return {
+      {"3x3", {1, 2, 4, 4}, {2, 3, 3, 3}, {}},
+      {"4x4_stride2_pads1",
+       {2, 8, 5, 6},
+       {8, 4, 4, 4},
+       {{"strides", intsAttr({2, 2})}, {"pads", intsAttr({1, 1, 1, 1})}}},
+      {"output_padding",
+       {1, 3, 5, 5},
+       {3, 2, 3, 3},
+       {{"strides", intsAttr({3, 2})},
+        {"pads", intsAttr({1, 1, 1, 1})},
+        {"output_padding", intsAttr({1, 1})}}},
+      // output_shape [10, 8] asks one more than the strides give on each axis: a negative pad.
+      {"output_shape_larger",
+       {1, 1, 3, 3},
+       {1, 2, 3, 3},
+       {{"strides", intsAttr({3, 2})}, {"output_shape", intsAttr({10, 8})}},
+       true,
+       false},
+      // ONNX's kernel_shape case: output_padding and output_shape agree, no pads.
+      {"kernel_shape_output_shape",
+       {1, 1, 3, 3},
+       {1, 2, 3, 3},
+       {{"kernel_shape", intsAttr({3, 3})},
+        {"strides", intsAttr({3, 2})},
+        {"output_padding", intsAttr({1, 1})},
+        {"output_shape", intsAttr({10, 8})}}},
+      {"output_shape_smaller",
+       {1, 2, 4, 4},
+       {2, 2, 3, 3},
+       {{"strides", intsAttr({2, 2})}, {"output_shape", intsAttr({7, 8})}},
+       false,
+       false},
+      {"asymmetric_pads",
+       {1, 2, 5, 5},
+       {2, 2, 3, 3},
+       {{"strides", intsAttr({2, 2})}, {"pads", intsAttr({0, 1, 1, 2})}},
+       true,
+       false},
+      {"dilated",
+       {1, 2, 4, 5},
+       {2, 3, 2, 2},
+       {{"dilations", intsAttr({2, 2})}, {"pads", intsAttr({1, 1, 1, 1})}}},
+      {"grouped", {2, 4, 5, 5}, {4, 3, 3, 3}, {{"group", intAttr(2)}}},
+      {"depthwise_stride2",
+       {1, 4, 5, 5},
+       {4, 1, 3, 3},
+       {{"group", intAttr(4)}, {"strides", intsAttr({2, 2})}, {"pads", intsAttr({1, 1, 1, 1})}}},
+      // SAME: the output is input * stride, the pad total 1 here, at the end or the start.
+      {"same_upper",
+       {1, 2, 3, 3},
+       {2, 2, 3, 3},
+       {{"auto_pad", stringAttr("SAME_UPPER")}, {"strides", intsAttr({2, 2})}},
+       true,
+       false},
+      {"same_lower",
+       {1, 2, 3, 3},
+       {2, 2, 3, 3},
+       {{"auto_pad", stringAttr("SAME_LOWER")}, {"strides", intsAttr({2, 2})}},
+       true,
+       false},
+      {"valid",
+       {1, 2, 3, 3},
+       {2, 3, 3, 3},
+       {{"auto_pad", stringAttr("VALID")}, {"strides", intsAttr({2, 2})}}},
+      {"no_bias", {2, 3, 4, 3}, {3, 5, 2, 2}, {{"strides", intsAttr({2, 2})}}, false},
+      {"1d", {2, 3, 7}, {3, 2, 3}, {{"strides", intsAttr({2})}, {"pads", intsAttr({1, 1})}}},
+      {"1d_output_padding",
+       {1, 2, 6},
+       {2, 3, 4},
+       {{"strides", intsAttr({3})}, {"output_padding", intsAttr({2})}}},
+      {"3d",
+       {1, 2, 3, 4, 5},
+       {2, 2, 3, 3, 2},
+       {{"strides", intsAttr({1, 2, 1})}, {"pads", intsAttr({1, 0, 1, 1, 0, 1})}}},
+      {"3d_grouped_dilated",
+       {1, 4, 3, 3, 3},
+       {4, 1, 2, 2, 2},
+       {{"group", intAttr(2)},
+        {"dilations", intsAttr({2, 1, 2})},
+        {"strides", intsAttr({2, 2, 1})}}},
+  };
+}
+
+CudaOpCase transposeCase(const TransposeShape& s, unsigned seed) {
+  CudaOpCase c{.opType = "ConvTranspose", .attributes = s.attributes};
+  c.inputs = {activations(s.x, seed), constantWeights(s.w, seed + 1)};
+  const int64_t group =
+      s.attributes.count("group") ? std::get<int64_t>(s.attributes.at("group").value) : 1;
+  if (s.bias) c.inputs.push_back(constantWeights({s.w[1] * group}, seed + 2));
+  return c;
+}
+
+// Each shape from both sources. cuDNN may have no deterministic, accurate enough engine for an
+// unusual shape: the step then runs kiln's kernel, recorded here, required below for the shapes
+// decoders are made of.
+TEST(CudaConvTranspose, EveryAttributeFromEachSource) {
+  unsigned seed = 3000;
+  for (const TransposeShape& s : transposeShapes()) {
+    for (const char* source : {"cudnn", "native"}) {
+      SCOPED_TRACE(s.name + " " + source);
+      CudaOpCase c = transposeCase(s, seed += 3);
+      c.route = std::string("-cuda.conv.source=") + source;
+      c.expectTactic = std::string(source) == "cudnn" && s.cudnn ? "cudnn" : "kiln.convtranspose";
+      expectConv(c, 0, false);
+    }
+  }
+}
+
+// The decoder shapes (2-D, kernel 4 stride 2 pad 1 or kernel 3 stride 2 with output_padding,
+// channels a multiple of eight) must stay on cuDNN once prepared, through each algo choice and
+// with the bias inside cuDNN's graph or in kiln's epilogue kernel.
+TEST(CudaConvTranspose, DecoderShapesStayOnCudnn) {
+  const std::vector<TransposeShape> shapes = {
+      {"k4_s2_p1",
+       {2, 16, 8, 8},
+       {16, 8, 4, 4},
+       {{"strides", intsAttr({2, 2})}, {"pads", intsAttr({1, 1, 1, 1})}}},
+      {"k3_s2_output_padding",
+       {1, 32, 7, 9},
+       {32, 16, 3, 3},
+       {{"strides", intsAttr({2, 2})},
+        {"pads", intsAttr({1, 1, 1, 1})},
+        {"output_padding", intsAttr({1, 1})}}},
+      {"k2_s2_no_bias", {2, 8, 6, 6}, {8, 8, 2, 2}, {{"strides", intsAttr({2, 2})}}, false},
+  };
+  unsigned seed = 3200;
+  for (const TransposeShape& s : shapes) {
+    for (const char* route : {"", "-cuda.conv.algo=timed", "-cuda.conv.epilogue=separate"}) {
+      SCOPED_TRACE(s.name + " [" + route + "]");
+      CudaOpCase c = transposeCase(s, seed += 3);
+      c.route = route;
+      const bool timed = std::string(route).find("timed") != std::string::npos;
+      const bool separate = std::string(route).find("separate") != std::string::npos;
+      c.expectTactic =
+          std::string(timed ? "cudnn.timed" : "cudnn") + (separate && s.bias ? "+epilogue" : "");
+      expectConv(c);
+    }
+  }
+}
+
+TEST(CudaConvTranspose, RuntimeWeightsAndBias) {
+  for (const char* source : {"cudnn", "native"}) {
+    SCOPED_TRACE(source);
+    CudaOpCase c{.opType = "ConvTranspose",
+                 .attributes = {{"strides", intsAttr({2, 2})}, {"pads", intsAttr({1, 1, 1, 1})}}};
+    c.inputs = {activations({2, 4, 5, 6}, 3300), activations({4, 3, 4, 4}, 3301),
+                activations({3}, 3302)};
+    c.route = std::string("-cuda.conv.source=") + source;
+    c.expectTactic = std::string(source) == "cudnn" ? "cudnn" : "kiln.convtranspose";
+    expectConv(c);
+  }
+}
+
+// A batch of zero images: kiln's kernel, which has nothing to launch.
+TEST(CudaConvTranspose, EmptyBatchTakesKilnsKernel) {
+  CudaOpCase c{.opType = "ConvTranspose", .attributes = {{"strides", intsAttr({2, 2})}}};
+  c.inputs = {{ir::Tensor(ir::DType::kFloat32, Shape{0, 3, 4, 4}), false},
+              constantWeights({3, 2, 3, 3}, 3310)};
+  c.expectTactic = "kiln.convtranspose";
+  expectConv(c);
+}
+
+// float16 from each source (ONNX has no bfloat16 ConvTranspose, and cuda.precision leaves the op
+// in float32).
+TEST(CudaConvTranspose, Float16FromEachSource) {
+  unsigned seed = 3400;
+  const ReducedType& t = kReducedTypes[0];
+  for (const TransposeShape& s : transposeShapes()) {
+    for (const char* source : {"cudnn", "native"}) {
+      SCOPED_TRACE(s.name + " " + source);
+      CudaOpCase c = transposeCase(s, seed += 3);
+      c.route = std::string("-cuda.conv.source=") + source;
+      c = inType(c, t);
+      c.expectTactic = std::string(source) == "cudnn" && s.cudnn ? "cudnn" : "kiln.convtranspose";
+      expectConv(c, t.tolerance, false);
+    }
+  }
+}
+
+// cuda.precision=tf32 does not reach ConvTranspose: its step stays fp32 (no TF32 engines).
+TEST(CudaConvTranspose, StaysFp32UnderTf32) {
+  CudaOpCase c = transposeCase(transposeShapes()[1], 3500);
+  c.route = "-cuda.precision=tf32";
+  c.expectTactic = "cudnn";
+  expectConv(c);
+  BuilderConfig config;
+  ASSERT_TRUE(config.setBuildRoute(c.route).isOk());
+  auto build = buildCuda(makeSingleOpGraph(c.opType, c.inputs, c.attributes), config);
+  ASSERT_TRUE(build.isOk()) << build.status().toString();
+  ASSERT_EQ(build->plan.steps().size(), 1u);
+  EXPECT_EQ(build->plan.steps()[0]->precision, "fp32");
+}
+
+// cuda.conv.source applies to one ConvTranspose node like to a Conv.
+TEST(CudaConvTranspose, SourceKnobAppliesPerNode) {
+  CudaOpCase c = transposeCase(transposeShapes()[1], 3600);
+  c.route = "-cuda.conv.source@node=native";
+  c.expectTactic = "kiln.convtranspose";
+  expectConv(c);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -571,7 +793,8 @@ TEST(CudaConv, Tf32AllowsTensorCores) {
   CudaOpCase c = convCase(convShapes()[1], 2200);
   for (const char* precision : {"fp32", "tf32"}) {
     BuilderConfig config;
-    ASSERT_TRUE(config.setBuildRoute(std::string("-cuda.precision=") + precision).isOk());
+    ASSERT_TRUE(
+        config.setBuildRoute(std::string("-cuda.layout=nchw -cuda.precision=") + precision).isOk());
     auto build = buildCuda(makeSingleOpGraph(c.opType, c.inputs, c.attributes), config);
     ASSERT_TRUE(build.isOk()) << build.status().toString();
     ASSERT_EQ(build->plan.steps().size(), 1u);

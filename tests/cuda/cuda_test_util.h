@@ -26,7 +26,7 @@ struct CudaOpCase {
   int outputCount = 1;
   std::string domain;
   // The route; the host fallback is off unless the route turns it on, so a case proves the op
-  // runs on the GPU.
+  // runs on the GPU, and cuda.layout is nchw unless the route sets it.
   std::string route;
   std::string expectTactic;  // the op's step must choose this tactic ("" : any)
   // |actual - expected| <= atol + rtol * |expected|; NaN must match NaN, infinities exactly.
@@ -48,7 +48,9 @@ inline void expectCudaMatchesReference(const CudaOpCase& c) {
   ASSERT_TRUE(expected.isOk()) << expected.status().toString();
 
   BuilderConfig config;
-  Status routed = config.setBuildRoute("-cuda.host_fallback=off " + c.route);
+  // NCHW: the case's op is tested as it is written (the GPU's default layout would turn a Conv
+  // into transposes around a kiln.NhwcConv).
+  Status routed = config.setBuildRoute("-cuda.host_fallback=off -cuda.layout=nchw " + c.route);
   ASSERT_TRUE(routed.isOk()) << routed.toString();
   auto build = buildCuda(
       makeSingleOpGraph(c.opType, c.inputs, c.attributes, c.opset, c.outputCount, c.domain),

@@ -115,10 +115,10 @@ std::vector<PrecisionCase> cases() {
                    g.output(g.node("GlobalAveragePool", {p}, {}, "gap"));
                    return g.take();
                  },
-                 "",
+                 "-cuda.layout=nchw",
                  {"kiln.FusedConv", "MaxPool", "GlobalAveragePool"}});
   all.push_back(
-      {"the same channels-last (graph.layout=nhwc)",
+      {"the same channels-last (cuda.layout=nhwc, the default)",
        [] {
          GraphSketch g;
          auto c = g.node(
@@ -131,7 +131,7 @@ std::vector<PrecisionCase> cases() {
          g.output(g.node("GlobalAveragePool", {p}, {}, "gap"));
          return g.take();
        },
-       "-graph.layout=nhwc",
+       "-cuda.layout=nhwc",
        {"kiln.NhwcConv", "kiln.NhwcAveragePool", "kiln.NhwcGlobalAveragePool", "Transpose"}});
   all.push_back({"depthwise and grouped convolutions",
                  [] {
@@ -143,7 +143,7 @@ std::vector<PrecisionCase> cases() {
                                    {{"group", ir::Attribute{int64_t{4}}}}, "grouped"));
                    return g.take();
                  },
-                 "",
+                 "-cuda.layout=nchw",
                  {"Conv"}});
   all.push_back(
       {"Gemm with bias, MatMul + Add + Relu (FusedGemm), batched MatMul",

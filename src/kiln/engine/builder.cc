@@ -22,16 +22,19 @@ namespace {
 
 // Shape inference (an imported graph is typed already; a graph built through the API may not
 // be, and plans size their buffers from the types), selector checks, then the pass pipeline.
-Result<std::vector<passes::PassRecord>> optimise(ir::Graph& graph, const BuilderConfig& config) {
+Result<std::vector<passes::PassRecord>> optimise(ir::Graph& graph, const BuilderConfig& config,
+                                                 const std::string& backend) {
   KILN_RETURN_IF_ERROR(ir::inferShapes(graph, reference::constantEvaluator()));
   KILN_RETURN_IF_ERROR(config.route().checkSelectors(graph));
-  return passes::runPipeline(graph, config.route(), config.pipeline);
+  passes::PipelineOptions options = config.pipeline;
+  options.backend = backend;
+  return passes::runPipeline(graph, config.route(), options);
 }
 
 }  // namespace
 
 Result<CpuBuild> buildCpu(ir::Graph graph, const BuilderConfig& config) {
-  KILN_ASSIGN_OR_RETURN(std::vector<passes::PassRecord> records, optimise(graph, config));
+  KILN_ASSIGN_OR_RETURN(std::vector<passes::PassRecord> records, optimise(graph, config, "cpu"));
   auto shared = std::make_shared<const ir::Graph>(std::move(graph));
   KILN_ASSIGN_OR_RETURN(cpu::Plan plan, cpu::lowerToCpu(shared, config.route()));
   return CpuBuild{std::move(plan), std::move(records)};
@@ -39,7 +42,8 @@ Result<CpuBuild> buildCpu(ir::Graph graph, const BuilderConfig& config) {
 
 #if KILN_HAVE_CUDA
 Result<CudaBuild> buildCuda(ir::Graph graph, const BuilderConfig& config) {
-  KILN_ASSIGN_OR_RETURN(std::vector<passes::PassRecord> records, optimise(graph, config));
+  KILN_ASSIGN_OR_RETURN(std::vector<passes::PassRecord> records,
+                        optimise(graph, config, "cuda"));
   // The CUDA backend's precision step (fp16/bf16 regions and the casts between them), recorded
   // beside the passes so --dump-ir and the build log show it.
   passes::PassRecord precision{.name = "cuda.assign_precision", .enabled = true};

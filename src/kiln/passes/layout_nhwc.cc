@@ -34,10 +34,24 @@ const knobs::Knob kLayout = knobs::declareKnob({
     .kind = knobs::KnobKind::kEnum,
     .choices = {"nchw", "nhwc"},
     .defaultValue = "nchw",
-    .help = "layout of 4-D float32 convolutions and pools: ONNX's NCHW, or NHWC (channels last; "
-            "elementwise ops and channel Concats between them follow, transposes only at the "
-            "edges)",
-    .backends = {"cpu", "cuda"},
+    .help = "layout of 4-D float32 convolutions and pools on the CPU: ONNX's NCHW, or NHWC "
+            "(channels last; elementwise ops and channel Concats between them follow, transposes "
+            "only at the edges)",
+    .backends = {"cpu"},
+    .perNode = true,
+});
+
+// The same choice on the GPU, where channels-last is the better default: cuDNN's tensor-core
+// convolutions work in NHWC (an NCHW convolution there transposes inside the library).
+const knobs::Knob kCudaLayout = knobs::declareKnob({
+    .name = "cuda.layout",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"nhwc", "nchw"},
+    .defaultValue = "nhwc",
+    .help = "layout of 4-D float32 convolutions and pools on the GPU: NHWC (channels last, as "
+            "cuDNN's tensor-core kernels want; transposes only at a region's edges) or ONNX's "
+            "NCHW",
+    .backends = {"cuda"},
     .perNode = true,
 });
 
@@ -138,7 +152,8 @@ class LayoutRewrite {
     if (conv && (!node.input(1) || !node.input(1)->constant || node.input(1)->shape.rank() != 4)) {
       return false;
     }
-    return context_.route.value(kLayout, &node) == "nhwc";
+    const knobs::Knob& knob = context_.backend == "cuda" ? kCudaLayout : kLayout;
+    return context_.route.value(knob, &node) == "nhwc";
   }
 
   // How a node that computes the same thing in either layout follows its inputs into NHWC, once

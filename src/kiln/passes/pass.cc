@@ -7,13 +7,14 @@
 
 namespace kiln::passes {
 
-Result<PassRecord> runPass(const PassInfo& pass, ir::Graph& graph, const knobs::Route& route) {
+Result<PassRecord> runPass(const PassInfo& pass, ir::Graph& graph, const knobs::Route& route,
+                           const std::string& backend) {
   PassRecord record;
   record.name = pass.name;
   record.enabled = pass.enable == nullptr || route.isOn(*pass.enable);
   if (!record.enabled) return record;
   const auto start = std::chrono::steady_clock::now();
-  PassContext context{route, record.changes};
+  PassContext context{route, record.changes, backend};
   Status status = pass.run(graph, context);
   if (!status.isOk()) return status.withContext(fmt::format("pass {}", pass.name));
   if (!record.changes.empty()) {

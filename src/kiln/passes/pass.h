@@ -16,6 +16,9 @@ namespace kiln::passes {
 struct PassContext {
   const knobs::Route& route;
   std::vector<std::string>& changes;  // one line per rewrite: "folded bn1 into conv1"
+  // The backend the graph is built for ("cpu" or "cuda"): knobs whose best value depends on it
+  // (graph.layout=auto) read it.
+  std::string backend = "cpu";
 
   template <typename... Args>
   void note(fmt::format_string<Args...> format, Args&&... args) {
@@ -42,6 +45,7 @@ struct PassRecord {
 
 // Runs one pass through the gate. After a pass that changed the graph, types are re-inferred
 // and the graph's invariants checked, so a broken rewrite is caught where it happens.
-Result<PassRecord> runPass(const PassInfo& pass, ir::Graph& graph, const knobs::Route& route);
+Result<PassRecord> runPass(const PassInfo& pass, ir::Graph& graph, const knobs::Route& route,
+                           const std::string& backend = "cpu");
 
 }  // namespace kiln::passes

@@ -54,7 +54,8 @@ const PassInfo kPipeline[] = {
     {"fuse_gemm_activation", &kFuseGemmActivation, fuseGemmActivation},
     // After the Conv fusions (NhwcConv carries FusedConv's epilogue); before fuse_elementwise,
     // whose fused chains the layout could not follow through as it follows plain elementwise ops.
-    // No gate knob: graph.layout (nchw everywhere by default) says which nodes it changes.
+    // No gate knob: graph.layout on the CPU (NCHW by default) and cuda.layout on the GPU (NHWC
+    // by default) say which nodes it changes.
     {"layout_nhwc", nullptr, layoutNhwc},
     // Last of the fusions: Conv and Gemm first absorb the activations and Adds they can (that
     // saves a whole pass over memory); what is left chains into FusedElementwise.
@@ -85,7 +86,7 @@ Result<std::vector<PassRecord>> runPipeline(ir::Graph& graph, const knobs::Route
   }
   std::vector<PassRecord> records;
   for (const PassInfo& pass : kPipeline) {
-    KILN_ASSIGN_OR_RETURN(PassRecord record, runPass(pass, graph, route));
+    KILN_ASSIGN_OR_RETURN(PassRecord record, runPass(pass, graph, route, options.backend));
     records.push_back(std::move(record));
     if (options.dump && (options.dumpAfter == "all" || options.dumpAfter == pass.name)) {
       options.dump(pass.name, graph);

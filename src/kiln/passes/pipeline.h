@@ -18,6 +18,7 @@ struct PipelineOptions {
   // Called after the named pass (or after every pass for "all"), e.g. to print the IR.
   std::string dumpAfter;
   std::function<void(const std::string& pass, const ir::Graph& graph)> dump;
+  std::string backend = "cpu";  // what the graph is built for (PassContext::backend)
 };
 
 // Runs every pass in order through the gate; returns what each did.

@@ -27,11 +27,11 @@ const knobs::Knob kPrecision = knobs::declareKnob({
 const knobs::Knob kNormInFp32 = knobs::declareKnob({
     .name = "cuda.precision.norm_fp32",
     .kind = knobs::KnobKind::kBool,
-    .defaultValue = "on",
+    .defaultValue = "off",
     .help = "under fp16 or bf16, keep normalisations and softmax (LayerNormalization, "
             "BatchNormalization, InstanceNormalization, GroupNormalization, Softmax, "
-            "LogSoftmax) in float32, with casts around them, instead of running them in the "
-            "reduced type",
+            "LogSoftmax) in float32 storage, with casts around them, instead of reading and "
+            "writing the reduced type (their arithmetic is float32 either way)",
     .backends = {"cuda"},
     .perNode = true,
     .changesNumerics = true,

@@ -1,6 +1,7 @@
 // Precision on the CUDA backend: which nodes compute in fp16 or bf16 (cuda.precision, global or
 // per node), with reformat (Cast) nodes where values cross between precisions, and the knob that
-// keeps normalisations and softmax in fp32 inside a reduced-precision region.
+// keeps normalisations and softmax in fp32 storage inside a reduced-precision region (their
+// kernels compute in float32 either way, so by default they read and write the reduced type).
 //
 // It is a build step of the CUDA backend, after the pass pipeline and before lowering (the CPU
 // backend computes in fp32): a node that runs in fp16 gets fp16 twins of its float32 inputs (a

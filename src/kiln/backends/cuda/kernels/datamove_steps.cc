@@ -1,10 +1,11 @@
 // The CUDA backend's data-movement steps: copies (Reshape, Flatten, Squeeze, Unsqueeze, Identity,
 // inference Dropout), strided views (Transpose, Slice, Expand, DepthToSpace, SpaceToDepth),
 // Concat, Split, per-axis tables (Pad, Tile, nearest Resize), the index-driven ops (Gather,
-// GatherElements, GatherND, ScatterND, ScatterElements), Trilu, and the interpolating Resize.
+// GatherElements, GatherND, ScatterND, ScatterElements, the scatters with reductions too), Trilu,
+// and the interpolating Resize.
 // Where elements go is worked out here, on the host, at lowering: the kernels (datamove.h) only
-// follow strides and tables. Every dtype is served (elements move as raw bytes), except that
-// interpolation needs float32.
+// follow strides and tables. Every dtype is served (elements move as raw bytes; scatter
+// reductions compute in each element type), except that interpolation needs float32.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -50,6 +51,60 @@ std::optional<std::vector<int64_t>> constantInts(const ir::Node& node, size_t in
 }
 
 bool isIndexType(DType dtype) { return dtype == DType::kInt64 || dtype == DType::kInt32; }
+
+// The typed kernels' element type (scatter reductions compute, where everything else moves bytes).
+ElementType elementTypeOf(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return ElementType::kFloat32;
+    case DType::kFloat16:
+      return ElementType::kFloat16;
+    case DType::kBFloat16:
+      return ElementType::kBFloat16;
+    case DType::kFloat64:
+      return ElementType::kFloat64;
+    case DType::kInt64:
+      return ElementType::kInt64;
+    case DType::kInt32:
+      return ElementType::kInt32;
+    case DType::kInt16:
+      return ElementType::kInt16;
+    case DType::kInt8:
+      return ElementType::kInt8;
+    case DType::kUInt64:
+      return ElementType::kUInt64;
+    case DType::kUInt32:
+      return ElementType::kUInt32;
+    case DType::kUInt16:
+      return ElementType::kUInt16;
+    case DType::kUInt8:
+      return ElementType::kUInt8;
+    case DType::kBool:
+      return ElementType::kBool;
+  }
+  return ElementType::kFloat32;
+}
+
+// A scatter node's reduction attribute: nullopt for 'none' (or the old Scatter, which has none),
+// the reduction otherwise; false where the attribute is unreadable or unknown.
+bool readScatterReduction(const ir::Node& node, std::optional<ScatterReduction>& reduction) {
+  auto name = node.getString("reduction", "none");
+  if (!name.isOk()) return false;
+  reduction.reset();
+  if (*name == "none") return true;
+  if (*name == "add") {
+    reduction = ScatterReduction::kAdd;
+  } else if (*name == "mul") {
+    reduction = ScatterReduction::kMul;
+  } else if (*name == "max") {
+    reduction = ScatterReduction::kMax;
+  } else if (*name == "min") {
+    reduction = ScatterReduction::kMin;
+  } else {
+    return false;
+  }
+  return true;
+}
 
 // Whether every index of a constant indices value lies in [-size, size) (the reference refuses
 // the others; runtime indices are not known here).
@@ -102,7 +157,7 @@ std::unique_ptr<Step> makeCopy(const ir::Node& node) {
 }
 
 // Dropout at inference keeps every element: a copy, unless the mask is asked for or training
-// mode may be on.
+// mode may be on (misc_steps.cc then writes the mask or checks the mode).
 std::unique_ptr<Step> makeDropout(const ir::Node& node) {
   if (node.outputs.size() > 1 && node.outputs[1]) return nullptr;
   if (const ir::Value* training = node.input(2)) {
@@ -234,15 +289,29 @@ std::unique_ptr<Step> makeViewStep(const ir::Node& node, const View& view, bool 
     step->tactic = "kiln.transpose.tiled";
     return step;
   } else {
+    // Where the innermost axis is a contiguous run, move it in wider units (up to 8 bytes):
+    // fewer threads, and fewer of the divisions that turn an index into coordinates
+    // (attention's [B,S,H,D] -> [B,H,S,D] moves runs of D).
+    const int64_t elements = x->shape.elementCount();
+    int64_t widen = 1;
+    while (simple.strides.back() == 1 && size * widen * 2 <= 8) {
+      const int64_t next = widen * 2;
+      bool fits = simple.dims.back() % next == 0 && simple.offset % next == 0 &&
+                  elements % next == 0;
+      for (size_t a = 0; a + 1 < simple.dims.size(); ++a) fits &= simple.strides[a] % next == 0;
+      if (!fits) break;
+      widen = next;
+    }
     StridedGather gather;
     gather.rank = static_cast<int>(simple.dims.size());
     for (size_t a = 0; a < simple.dims.size(); ++a) {
-      gather.dims[a] = simple.dims[a];
-      gather.srcStrides[a] = simple.strides[a];
+      const bool last = a + 1 == simple.dims.size();
+      gather.dims[a] = last ? simple.dims[a] / widen : simple.dims[a];
+      gather.srcStrides[a] = last ? simple.strides[a] : simple.strides[a] / widen;
     }
-    gather.srcOffset = simple.offset;
-    gather.srcElements = x->shape.elementCount();
-    step = std::make_unique<StridedStep>(gather, size);
+    gather.srcOffset = simple.offset / widen;
+    gather.srcElements = elements / widen;
+    step = std::make_unique<StridedStep>(gather, size * static_cast<int>(widen));
   }
   step->tactic = tactic;
   return step;
@@ -1113,11 +1182,17 @@ std::unique_ptr<Step> makeGather(const ir::Node& node) {
   return step;
 }
 
-// GatherElements, and ScatterElements (and the older Scatter) with reduction 'none'.
+// GatherElements, and ScatterElements (and the older Scatter), with or without a reduction.
 class ElementIndexingStep final : public Step {
  public:
-  ElementIndexingStep(ElementIndexing indexing, bool scatter, bool indices64, int elementSize)
-      : indexing_(indexing), scatter_(scatter), indices64_(indices64), elementSize_(elementSize) {}
+  ElementIndexingStep(ElementIndexing indexing, bool scatter, bool indices64, DType dtype,
+                      std::optional<ScatterReduction> reduction)
+      : indexing_(indexing),
+        scatter_(scatter),
+        indices64_(indices64),
+        elementSize_(elementSizeOf(dtype)),
+        type_(elementTypeOf(dtype)),
+        reduction_(reduction) {}
 
   Status enqueue(const Context& context) const override {
     std::byte* out = context.address(*outputs[0]);
@@ -1133,9 +1208,16 @@ class ElementIndexingStep final : public Step {
                                       static_cast<size_t>(outputs[0]->bytes()),
                                       cudaMemcpyDeviceToDevice, context.stream));
     }
-    KILN_CUDA_CHECK(launchScatterElements(indexing_, context.address(*inputs[1]), indices64_,
-                                          context.address(*inputs[2]), out, elementSize_,
-                                          context.stream));
+    if (reduction_) {
+      KILN_CUDA_CHECK(launchScatterElementsReduce(indexing_, *reduction_, type_,
+                                                  context.address(*inputs[1]), indices64_,
+                                                  context.address(*inputs[2]), out,
+                                                  context.stream));
+    } else {
+      KILN_CUDA_CHECK(launchScatterElements(indexing_, context.address(*inputs[1]), indices64_,
+                                            context.address(*inputs[2]), out, elementSize_,
+                                            context.stream));
+    }
     KILN_CUDA_CHECK_LAUNCH("the element scatter");
     return Status::ok();
   }
@@ -1145,6 +1227,8 @@ class ElementIndexingStep final : public Step {
   bool scatter_;
   bool indices64_;
   int elementSize_;
+  ElementType type_;
+  std::optional<ScatterReduction> reduction_;
 };
 
 std::unique_ptr<Step> makeElementIndexing(const ir::Node& node, bool scatter) {
@@ -1156,11 +1240,11 @@ std::unique_ptr<Step> makeElementIndexing(const ir::Node& node, bool scatter) {
   if (rank == 0 || rank > static_cast<size_t>(kMaxMoveRank) || indices->shape.rank() != rank) {
     return nullptr;
   }
+  std::optional<ScatterReduction> reduction;
   if (scatter) {
     const ir::Value* updates = node.input(2);
-    auto reduction = node.getString("reduction", "none");
     if (!updates || updates->dtype != data->dtype || updates->shape != indices->shape ||
-        !reduction.isOk() || *reduction != "none" || out->shape != data->shape) {
+        !readScatterReduction(node, reduction) || out->shape != data->shape) {
       return nullptr;
     }
   } else if (out->shape != indices->shape) {
@@ -1183,16 +1267,24 @@ std::unique_ptr<Step> makeElementIndexing(const ir::Node& node, bool scatter) {
   }
   if (!constantIndicesInRange(indices, indexing.axisSize)) return nullptr;
   auto step = std::make_unique<ElementIndexingStep>(
-      indexing, scatter, indices->dtype == DType::kInt64, elementSizeOf(data->dtype));
-  step->tactic = scatter ? "kiln.scatter_elements" : "kiln.gather_elements";
+      indexing, scatter, indices->dtype == DType::kInt64, data->dtype, reduction);
+  step->tactic = !scatter   ? "kiln.gather_elements"
+                 : reduction ? "kiln.scatter_elements.reduce"
+                             : "kiln.scatter_elements";
   return step;
 }
 
-// GatherND, and ScatterND with reduction 'none'.
+// GatherND, and ScatterND with or without a reduction.
 class NdIndexingStep final : public Step {
  public:
-  NdIndexingStep(NdIndexing indexing, bool scatter, bool indices64, int elementSize)
-      : indexing_(indexing), scatter_(scatter), indices64_(indices64), elementSize_(elementSize) {}
+  NdIndexingStep(NdIndexing indexing, bool scatter, bool indices64, DType dtype,
+                 std::optional<ScatterReduction> reduction)
+      : indexing_(indexing),
+        scatter_(scatter),
+        indices64_(indices64),
+        elementSize_(elementSizeOf(dtype)),
+        type_(elementTypeOf(dtype)),
+        reduction_(reduction) {}
 
   Status enqueue(const Context& context) const override {
     std::byte* out = context.address(*outputs[0]);
@@ -1208,9 +1300,15 @@ class NdIndexingStep final : public Step {
                                       static_cast<size_t>(outputs[0]->bytes()),
                                       cudaMemcpyDeviceToDevice, context.stream));
     }
-    KILN_CUDA_CHECK(launchScatterND(indexing_, context.address(*inputs[1]), indices64_,
-                                    context.address(*inputs[2]), out, elementSize_,
-                                    context.stream));
+    if (reduction_) {
+      KILN_CUDA_CHECK(launchScatterNDReduce(indexing_, *reduction_, type_,
+                                            context.address(*inputs[1]), indices64_,
+                                            context.address(*inputs[2]), out, context.stream));
+    } else {
+      KILN_CUDA_CHECK(launchScatterND(indexing_, context.address(*inputs[1]), indices64_,
+                                      context.address(*inputs[2]), out, elementSize_,
+                                      context.stream));
+    }
     KILN_CUDA_CHECK_LAUNCH("the nd scatter");
     return Status::ok();
   }
@@ -1220,6 +1318,8 @@ class NdIndexingStep final : public Step {
   bool scatter_;
   bool indices64_;
   int elementSize_;
+  ElementType type_;
+  std::optional<ScatterReduction> reduction_;
 };
 
 // Whether every row of a constant indices value (k indices each) addresses data dims[first..].
@@ -1259,10 +1359,10 @@ std::unique_ptr<Step> makeNdIndexing(const ir::Node& node, bool scatter) {
     indexing.dims[j] = dataDims[b + j];
     indexing.strides[j] = strides[b + j];
   }
+  std::optional<ScatterReduction> reduction;
   if (scatter) {
     const ir::Value* updates = node.input(2);
-    auto reduction = node.getString("reduction", "none");
-    if (!updates || updates->dtype != data->dtype || !reduction.isOk() || *reduction != "none" ||
+    if (!updates || updates->dtype != data->dtype || !readScatterReduction(node, reduction) ||
         out->shape != data->shape ||
         updates->shape.elementCount() != indexing.rows * indexing.sliceSize) {
       return nullptr;
@@ -1280,8 +1380,10 @@ std::unique_ptr<Step> makeNdIndexing(const ir::Node& node, bool scatter) {
   }
   if (!constantNdIndicesInRange(indices, dataDims, static_cast<size_t>(b), k)) return nullptr;
   auto step = std::make_unique<NdIndexingStep>(indexing, scatter, indices->dtype == DType::kInt64,
-                                               elementSizeOf(data->dtype));
-  step->tactic = scatter ? "kiln.scatter_nd" : "kiln.gather_nd";
+                                               data->dtype, reduction);
+  step->tactic = !scatter   ? "kiln.gather_nd"
+                 : reduction ? "kiln.scatter_nd.reduce"
+                             : "kiln.scatter_nd";
   return step;
 }
 
