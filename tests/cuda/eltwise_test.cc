@@ -486,6 +486,21 @@ TEST(CudaEltwise, PowOverMixedBaseAndExponentTypes) {
                                     {runtime(values({0, -0.0f, kInf, -kInf, kNaN, 1, -1, -8})),
                                      runtime(values({0, -1, 0.5f, 3, 0, kNaN, kInf, 1.0f / 3}))},
                                     {}, "kiln.binary"));
+  // integer ^ float whose real power is an integer: the truncation must keep it (roots, powers
+  // of negative bases, integer-valued exponents, and results up to int32's range).
+  for (DType dtype : {DType::kInt32, DType::kInt64, DType::kInt16}) {
+    SCOPED_TRACE(std::string(ir::dtypeName(dtype)));
+    expectCudaMatchesReference(opCase(
+        "Pow",
+        {runtime(intsOf(dtype, {4, 9, 16, 25, 81, 100, 1000, 10, -3, -2, 8, 7, 49, 16384, 625})),
+         runtime(values(
+             {0.5f, 0.5f, 0.25f, 1.5f, 0.75f, 1.5f, 0.5f, 4, 3, 5, 1.5f, 2, 0.5f, 0.5f, 0.25f}))},
+        {}, "kiln.binary", dtype));
+  }
+  expectCudaMatchesReference(opCase("Pow",
+                                    {runtime(intsOf(DType::kInt32, {10, 3, 2, 6, 46340, 1024})),
+                                     runtime(values({9, 19, 30, 11, 2, 3.0f}))},
+                                    {}, "kiln.binary", DType::kInt32));
 }
 
 // --- Where, variadic ---------------------------------------------------------------------------
@@ -758,6 +773,11 @@ TEST(CudaEltwise, FusedProgramsOverBroadcastInputs) {
   expectCudaMatchesReference(fused({"Max x0 x1", "Min t0 x1", "Clip t1 -1 1", "Add t2 t0"},
                                    {runtime(values({kNaN, 1, kInf, -kInf, 0, 3})),
                                     runtime(values({0, kNaN, 2, -2, -0.0f, kInf}))}));
+  // ... and through HardSigmoid (NaN gives 1, as the reference's std::min(1, NaN)) and HardSwish.
+  const Tensor special = values({kNaN, kInf, -kInf, 0, -3, 3, 2.5f, -2.5f});
+  expectCudaMatchesReference(fused({"HardSigmoid x0 0.3 0.4"}, {runtime(special)}));
+  expectCudaMatchesReference(fused({"HardSigmoid x0 0.2 0.5"}, {runtime(special)}));
+  expectCudaMatchesReference(fused({"HardSwish x0"}, {runtime(special)}));
 }
 
 // Past kMaxBroadcastOperands inputs the node goes to the host (no GPU kernel takes it).

@@ -1,9 +1,9 @@
 // The CUDA normalisation steps (kernels/norm_steps.cc) against the reference executor: Softmax,
 // LogSoftmax and Hardmax along every axis and across the opset-13 change of meaning,
 // LpNormalization, LayerNormalization (with its Mean and InvStdDev outputs),
-// InstanceNormalization, inference BatchNormalization and MeanVarianceNormalization, through each
-// row kernel (a warp per row, a block per row, a thread per strided line); in float32, and in
-// float16 and bfloat16 (the types cuda.precision gives a reduced node).
+// InstanceNormalization, inference BatchNormalization, MeanVarianceNormalization and LRN, through
+// each row kernel (a warp per row, a block per row, a thread per strided line); in float32, and
+// in float16 and bfloat16 (the types cuda.precision gives a reduced node).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -264,6 +264,23 @@ TEST(CudaNorm, LayerNormalizationLongRowsAndLargeOffsets) {
                "kiln.layernorm"));
 }
 
+// Statistics in double keep rows far from zero exact: a float mean of values near 10000 would be
+// off by up to half a float ulp there (5e-4), a sizeable part of deviations of about 0.3. Short
+// rows (a warp each) with the Mean and InvStdDev outputs, instance planes and mean-variance slots.
+TEST(CudaNorm, RowStatisticsKeepPrecisionFarFromZero) {
+  expectCudaMatchesReference(
+      normCase("LayerNormalization",
+               {runtime(uniform({8, 64}, 36, 10000.0f, 10001.0f)), constant(uniform({64}, 37))}, {},
+               "kiln.layernorm", 18, 3));
+  expectCudaMatchesReference(normCase("InstanceNormalization",
+                                      {runtime(uniform({2, 3, 7, 9}, 38, -2001.0f, -2000.0f)),
+                                       constant(uniform({3}, 39)), constant(uniform({3}, 40))},
+                                      {}, "kiln.instancenorm"));
+  expectCudaMatchesReference(normCase("MeanVarianceNormalization",
+                                      {runtime(uniform({2, 3, 4, 5}, 41, 5000.0f, 5000.5f))}, {},
+                                      "kiln.mvn"));
+}
+
 // --- InstanceNormalization ---------------------------------------------------------------------
 
 TEST(CudaNorm, InstanceNormalizationOneToThreeSpatialAxes) {
@@ -327,6 +344,51 @@ TEST(CudaNorm, MeanVarianceNormalizationOverAnyAxes) {
     expectCudaMatchesReference(normCase("MeanVarianceNormalization", {runtime(x)},
                                         {{"axes", intsAttr(axes)}}, "kiln.mvn"));
   }
+}
+
+// --- LRN -----------------------------------------------------------------------------------------
+
+// Odd and even sizes (an even window reaches one channel further up than down), windows wider
+// than the channels, 1 to 3 spatial axes.
+TEST(CudaNorm, LrnEverySizeAndRank) {
+  struct LrnCase {
+    Shape x;
+    int64_t size;
+    CudaAttributes attributes;
+  };
+  const std::vector<LrnCase> cases = {
+      {{2, 7, 5, 6}, 5, {}},
+      {{2, 7, 5, 6}, 1, {{"alpha", floatAttr(0.5f)}}},
+      {{1, 6, 4, 4}, 2, {{"alpha", floatAttr(0.3f)}, {"beta", floatAttr(0.5f)}}},
+      {{1, 6, 4, 4}, 4, {{"alpha", floatAttr(0.2f)}, {"bias", floatAttr(2.0f)}}},
+      {{2, 3, 9}, 7, {{"alpha", floatAttr(1.0f)}, {"beta", floatAttr(1.5f)}}},
+      {{1, 5, 2, 3, 4}, 3, {{"alpha", floatAttr(0.1f)}, {"bias", floatAttr(0.5f)}}},
+      {{3, 8, 1}, 3, {{"alpha", floatAttr(0.4f)}}},
+  };
+  unsigned seed = 120;
+  for (const LrnCase& l : cases) {
+    SCOPED_TRACE(l.x.toString() + " size " + std::to_string(l.size));
+    CudaAttributes attributes = l.attributes;
+    attributes["size"] = intAttr(l.size);
+    expectCudaMatchesReference(
+        normCase("LRN", {runtime(uniform(l.x, seed++))}, attributes, "kiln.lrn"));
+  }
+}
+
+// float16 (and, from opset 13, bfloat16) directly; float64 stays with the host.
+TEST(CudaNorm, LrnReducedTypesAndFloat64) {
+  const CudaAttributes attributes = {{"size", intAttr(3)}, {"alpha", floatAttr(0.5f)}};
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    SCOPED_TRACE(std::string(ir::dtypeName(dtype)));
+    CudaOpCase c = normCase("LRN", {runtime(uniform({2, 6, 5, 5}, 130).castTo(dtype))}, attributes,
+                            "kiln.lrn", 13);
+    c.rtol = dtype == DType::kFloat16 ? 1e-2 : 5e-2;
+    c.atol = c.rtol;
+    expectCudaMatchesReference(c);
+  }
+  EXPECT_EQ(tacticWithFallback("LRN", {runtime(uniform({1, 4, 3, 3}, 131).castTo(DType::kFloat64))},
+                               attributes, 13),
+            "host.reference");
 }
 
 // --- float16 and bfloat16 ---------------------------------------------------------------------

@@ -1,7 +1,8 @@
-// The CUDA pooling steps (kernels/pool_steps.cc) against the reference executor: MaxPool and
-// AveragePool over 1 to 3 spatial axes with strides, pads, dilations, auto_pad and ceil_mode,
-// count_include_pad both ways, the global pools, and kiln's NHWC forms of each; in float32, and
-// in float16 and bfloat16 (the types cuda.precision gives a reduced node).
+// The CUDA pooling steps (kernels/pool_steps.cc) against the reference executor: MaxPool (with
+// its Indices output in either storage order) and AveragePool over 1 to 3 spatial axes with
+// strides, pads, dilations, auto_pad and ceil_mode, count_include_pad both ways, the global pools,
+// and kiln's NHWC forms of each; in float32, and in float16 and bfloat16 (the types
+// cuda.precision gives a reduced node).
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -154,8 +155,8 @@ TEST(CudaPool, MaxPoolNaNLosesToNumbers) {
                "kiln.pool"));
 }
 
-// MaxPool's Indices output is the host's, and so are integer and float64 MaxPool.
-TEST(CudaPool, MaxPoolIndicesAndIntegersAreNotTaken) {
+// MaxPool's Indices output is the GPU's (cases below); integer and float64 MaxPool are the host's.
+TEST(CudaPool, MaxPoolIndicesAreTakenIntegersAndFloat64AreNot) {
   BuilderConfig config;
   ASSERT_TRUE(config.setBuildRoute("").isOk());
   const CudaAttributes attributes = {{"kernel_shape", intsAttr({2, 2})}};
@@ -163,7 +164,7 @@ TEST(CudaPool, MaxPoolIndicesAndIntegersAreNotTaken) {
       makeSingleOpGraph("MaxPool", {runtime(uniform({1, 2, 4, 4}, 310))}, attributes, 18, 2),
       config);
   ASSERT_TRUE(indices.isOk()) << indices.status().toString();
-  EXPECT_EQ(cudaTacticOf(*indices, "MaxPool"), "host.reference");
+  EXPECT_EQ(cudaTacticOf(*indices, "MaxPool"), "kiln.pool");
   auto int8 = buildCuda(
       makeSingleOpGraph("MaxPool", {runtime(uniform({1, 2, 4, 4}, 311).castTo(DType::kInt8))},
                         attributes),
@@ -176,6 +177,73 @@ TEST(CudaPool, MaxPoolIndicesAndIntegersAreNotTaken) {
       config);
   ASSERT_TRUE(wide.isOk()) << wide.status().toString();
   EXPECT_EQ(cudaTacticOf(*wide, "MaxPool"), "host.reference");
+}
+
+// --- MaxPool's Indices ---------------------------------------------------------------------------
+
+// Indices count in the NCHW input: (n * C + c) * the spatial size plus the taken element's
+// spatial offset, row-major, or column-major over the spatial axes with storage_order=1; -1 where
+// a window lies wholly in padding. Both outputs exact.
+CudaOpCase indicesCase(Tensor x, CudaAttributes attributes, int64_t storageOrder, int opset = 18) {
+  attributes["storage_order"] = intAttr(storageOrder);
+  CudaOpCase c = poolCase("MaxPool", std::move(x), std::move(attributes), "kiln.pool", opset);
+  c.outputCount = 2;
+  return c;
+}
+
+TEST(CudaPool, MaxPoolIndicesEveryWindowBothStorageOrders) {
+  unsigned seed = 320;
+  for (const Window& w : windows()) {
+    for (int64_t storageOrder : {0, 1}) {
+      SCOPED_TRACE(w.name + " storage_order " + std::to_string(storageOrder));
+      expectCudaMatchesReference(indicesCase(uniform(w.x, seed++), w.attributes, storageOrder));
+    }
+  }
+  // Opset 8, the first with Indices (no ceil_mode, no dilations).
+  expectCudaMatchesReference(indicesCase(uniform({2, 3, 7, 6}, seed++),
+                                         {{"kernel_shape", intsAttr({3, 2})},
+                                          {"strides", intsAttr({2, 2})},
+                                          {"pads", intsAttr({1, 0, 1, 1})}},
+                                         1, 8));
+}
+
+// Ties go to the first tap, NaN loses to numbers (a window of NaN reports its first NaN), and a
+// window wholly in padding (pads as large as the kernel) reports -1 (and -inf).
+TEST(CudaPool, MaxPoolIndicesOfTiesNaNAndPaddingOnlyWindows) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Tensor x = uniform({1, 2, 6, 6}, 340);
+  auto values = x.mutableData<float>();
+  values[0] = nan;
+  for (int64_t i : {14, 15, 20, 21}) values[static_cast<size_t>(i)] = nan;
+  for (int64_t i : {38, 39, 44, 45}) values[static_cast<size_t>(i)] = 1.5f;  // a tie
+  for (int64_t storageOrder : {0, 1}) {
+    SCOPED_TRACE("storage_order " + std::to_string(storageOrder));
+    expectCudaMatchesReference(indicesCase(
+        x, {{"kernel_shape", intsAttr({2, 2})}, {"strides", intsAttr({2, 2})}}, storageOrder));
+    expectCudaMatchesReference(indicesCase(x,
+                                           {{"kernel_shape", intsAttr({2, 2})},
+                                            {"strides", intsAttr({2, 2})},
+                                            {"pads", intsAttr({2, 2, 2, 2})}},
+                                           storageOrder));
+  }
+}
+
+// float16 directly; bfloat16 through cuda.precision (the Indices stay int64), on values bfloat16
+// holds exactly and distinct within any window, so that the float32 reference takes the same
+// elements.
+TEST(CudaPool, MaxPoolIndicesInReducedTypes) {
+  const Window w = windows()[0];
+  expectCudaMatchesReference(
+      indicesCase(uniform(w.x, 350).castTo(DType::kFloat16), w.attributes, 0));
+  Tensor exact(DType::kFloat32, w.x);
+  auto values = exact.mutableData<float>();
+  for (size_t i = 0; i < values.size(); ++i) {
+    // Multiples of 1/4 in [-32, 32), distinct over any 256 consecutive elements.
+    values[i] = static_cast<float>(static_cast<int64_t>(i * 37 % 256) - 128) / 4.0f;
+  }
+  CudaOpCase c = indicesCase(exact, w.attributes, 1);
+  c.route = "-cuda.precision=bf16";
+  expectCudaMatchesReference(c);
 }
 
 // --- Global pools ------------------------------------------------------------------------------

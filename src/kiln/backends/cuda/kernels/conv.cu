@@ -1,7 +1,7 @@
 // kiln's own convolution kernels (conv.h): the direct convolution with its fused epilogue, the
-// epilogue alone, and the NhwcConv weight reorder. Simple and obviously correct first: one
-// thread per output element, float accumulation (float16 and bfloat16 elements are loaded into
-// float and rounded once when stored), every index in int64.
+// direct transposed convolution, the epilogue alone, and the NhwcConv weight reorder. Simple and
+// obviously correct first: one thread per output element, float accumulation (float16 and bfloat16
+// elements are loaded into float and rounded once when stored), every index in int64.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -71,8 +71,12 @@ __device__ __forceinline__ float activate(float x, const ConvEpilogue& e) {
       return x;
     case ConvActivation::kSigmoid:
       return 1.0f / (1.0f + expf(-x));
-    case ConvActivation::kHardSigmoid:
-      return referenceMax(0.0f, referenceMin(1.0f, e.alpha * x + e.beta));
+    case ConvActivation::kHardSigmoid: {
+      // NaN gives 1, as std::min(1, NaN) does; tested explicitly because ptxas may reorder the
+      // min/max pair into a clamp that sends NaN to 0.
+      const float v = e.alpha * x + e.beta;
+      return isnan(v) ? 1.0f : referenceMax(0.0f, referenceMin(1.0f, v));
+    }
     case ConvActivation::kHardSwish:
       return x * referenceMax(0.0f, referenceMin(1.0f, x / 6.0f + 0.5f));
     case ConvActivation::kTanh:
@@ -141,6 +145,63 @@ __global__ void directConvKernel(ConvGeometry g, const T* __restrict__ x, const 
   }
 }
 
+// ConvTranspose gathered: each output element sums what the op scatters into it, so every
+// element is written once, by one thread, without atomics. Along an axis, output coordinate o
+// receives input coordinate i through kernel offset k where o = i * stride - padBegin +
+// k * dilation, that is i = (o + padBegin - k * dilation) / stride when that divides exactly.
+template <typename T>
+__global__ void convTransposeKernel(ConvGeometry g, const T* __restrict__ x,
+                                    const T* __restrict__ w, const T* __restrict__ bias,
+                                    T* __restrict__ y, int64_t total) {
+  const int64_t groupChannels = g.channels / g.group;        // x's channels per group
+  const int64_t groupOutChannels = g.outChannels / g.group;  // y's channels per group
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t rest = i;
+    int64_t o[3];
+    o[2] = rest % g.out[2];
+    rest /= g.out[2];
+    o[1] = rest % g.out[1];
+    rest /= g.out[1];
+    o[0] = rest % g.out[0];
+    rest /= g.out[0];
+    const int64_t m = rest % g.outChannels;
+    const int64_t n = rest / g.outChannels;
+    const int64_t firstChannel = m / groupOutChannels * groupChannels;
+    const T* xImage = x + n * g.xStrides[0] + firstChannel * g.xStrides[1];
+    const T* wFilter = w + firstChannel * g.wStrides[0] + (m % groupOutChannels) * g.wStrides[1];
+    float sum = 0.0f;
+    // The numerator falls as k grows: once negative, no later offset reaches the input.
+    for (int64_t kd = 0; kd < g.kernel[0]; ++kd) {
+      const int64_t td = o[0] + g.padBegin[0] - kd * g.dilation[0];
+      if (td < 0) break;
+      if (td % g.stride[0] != 0 || td / g.stride[0] >= g.in[0]) continue;
+      const int64_t id = td / g.stride[0];
+      for (int64_t kh = 0; kh < g.kernel[1]; ++kh) {
+        const int64_t th = o[1] + g.padBegin[1] - kh * g.dilation[1];
+        if (th < 0) break;
+        if (th % g.stride[1] != 0 || th / g.stride[1] >= g.in[1]) continue;
+        const int64_t ih = th / g.stride[1];
+        for (int64_t kw = 0; kw < g.kernel[2]; ++kw) {
+          const int64_t tw = o[2] + g.padBegin[2] - kw * g.dilation[2];
+          if (tw < 0) break;
+          if (tw % g.stride[2] != 0 || tw / g.stride[2] >= g.in[2]) continue;
+          const int64_t iw = tw / g.stride[2];
+          const T* xTap = xImage + id * g.xStrides[2] + ih * g.xStrides[3] + iw * g.xStrides[4];
+          const T* wTap = wFilter + kd * g.wStrides[2] + kh * g.wStrides[3] + kw * g.wStrides[4];
+          for (int64_t c = 0; c < groupChannels; ++c) {
+            sum += load(xTap[c * g.xStrides[1]]) * load(wTap[c * g.wStrides[0]]);
+          }
+        }
+      }
+    }
+    if (bias) sum += load(bias[m]);
+    store(y + n * g.yStrides[0] + m * g.yStrides[1] + o[0] * g.yStrides[2] + o[1] * g.yStrides[3] +
+              o[2] * g.yStrides[4],
+          sum);
+  }
+}
+
 template <typename T>
 __global__ void convEpilogueKernel(T* __restrict__ y, const T* __restrict__ bias,
                                    const T* __restrict__ residual, int64_t count, int64_t channels,
@@ -186,6 +247,27 @@ cudaError_t launchDirectConv(const ConvGeometry& geometry, ElementType type, con
     directConvKernel<T><<<static_cast<unsigned>(blocksFor(total)), kThreads, 0, stream>>>(
         geometry, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
         static_cast<const T*>(residual), static_cast<T*>(y), epilogue, total);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launchConvTranspose(const ConvGeometry& geometry, ElementType type, const void* x,
+                                const void* w, const void* bias, void* y, cudaStream_t stream) {
+  const int64_t total =
+      geometry.batch * geometry.outChannels * geometry.out[0] * geometry.out[1] * geometry.out[2];
+  if (total <= 0) return cudaSuccess;
+  if (geometry.group <= 0 || geometry.channels % geometry.group != 0 ||
+      geometry.outChannels % geometry.group != 0 || geometry.channelsLast) {
+    return cudaErrorInvalidValue;
+  }
+  for (int axis = 0; axis < 3; ++axis) {
+    if (geometry.stride[axis] <= 0 || geometry.dilation[axis] <= 0) return cudaErrorInvalidValue;
+  }
+  return dispatch(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    convTransposeKernel<T><<<static_cast<unsigned>(blocksFor(total)), kThreads, 0, stream>>>(
+        geometry, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
+        static_cast<T*>(y), total);
     return cudaGetLastError();
   });
 }

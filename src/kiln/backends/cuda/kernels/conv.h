@@ -1,7 +1,8 @@
 // kiln's own convolution kernels on the GPU (conv.cu): a direct convolution of any layout the
 // element strides describe (NCHW and NHWC, 1-D to 3-D, groups, strides, dilations, asymmetric
-// pads) with its bias + residual + activation epilogue fused, the same epilogue alone (after a
-// cuDNN convolution that could not fuse it), and the weight reorder kiln.NhwcConv needs for cuDNN.
+// pads) with its bias + residual + activation epilogue fused, the direct transposed convolution
+// (ConvTranspose, NCHW, every attribute), the same epilogue alone (after a cuDNN convolution
+// that could not fuse it), and the weight reorder kiln.NhwcConv needs for cuDNN.
 //
 // Every tensor of one launch has the same element type: float32, float16 or bfloat16 (the reduced
 // types are loaded into float, accumulated in float and rounded once on the way out).
@@ -65,6 +66,16 @@ bool convSupported(ElementType type);
 cudaError_t launchDirectConv(const ConvGeometry& geometry, ElementType type, const void* x,
                              const void* w, const void* bias, const void* residual, void* y,
                              ConvEpilogue epilogue, cudaStream_t stream);
+
+// ConvTranspose (NCHW), one thread per output element gathering what the op scatters into it:
+// y[n, m, o] = bias[m] + the sum of x[n, c, i] * w[c, m's index in its group, k] over the input
+// channels c of m's group and the (i, k) with o = i * stride - padBegin + k * dilation on every
+// axis. `geometry` holds channels = C (x's), outChannels = M (y's), in and out the spatial
+// extents of x and y, padBegin as the op's geometry resolved it (negative where output_shape
+// asks for more than the pads give), and wStrides over (c, m within the group, kd, kh, kw).
+// bias ([M]) may be null; float accumulation.
+cudaError_t launchConvTranspose(const ConvGeometry& geometry, ElementType type, const void* x,
+                                const void* w, const void* bias, void* y, cudaStream_t stream);
 
 // In place on a convolution's output of `count` elements of `type`: y = act(y + bias[c] +
 // residual), where element i's channel is (i / inner) % channels (inner: the spatial size for

@@ -1,31 +1,38 @@
-// Conv, kiln.FusedConv and kiln.NhwcConv on the GPU, from one of two sources
+// Conv, kiln.FusedConv, kiln.NhwcConv and ConvTranspose on the GPU, from one of two sources
 // (cuda.conv.source):
 //
-//   - cudnn: cuDNN 9's graph API. prepare() builds an operation graph of the convolution followed
-//     by the bias add, the residual add and the activation, each fused as a POINTWISE node where
-//     cuDNN's modes compute exactly what kiln's op does (cuda.conv.epilogue=separate fuses none);
+//   - cudnn: cuDNN 9's graph API. prepare() builds an operation graph of the convolution (for
+//     ConvTranspose the backward-data convolution, ConvTranspose being the gradient of Conv with
+//     respect to its input: X as dY, Y as dX, W as it is) followed by the bias add, the residual
+//     add and the activation, each fused as a POINTWISE node where cuDNN's modes compute exactly
+//     what kiln's op does (cuda.conv.epilogue=separate fuses none);
 //     heuristics (mode A, then the fallback list) give engine configs, of which those that would
 //     not keep the step's accuracy are dropped (below); the first that finalizes is kept
 //     (cuda.conv.algo=heuristic), or the fastest of up to eight timed on the step's own buffers
 //     (timed). What the graph does not fuse runs after it in kiln's epilogue kernel (conv.cu).
-//   - native: kiln's direct kernel (conv.cu), epilogue fused.
+//   - native: kiln's direct kernels (conv.cu), epilogue fused; ConvTranspose gathered per output
+//     element.
 //
-// Element types: float32, and float16 / bfloat16 where cuda.precision made the node reduced (all
-// of its tensors then have the reduced type). cuDNN reads and writes the reduced type with float
-// math (the convolution's compute type, the pointwise math precision and the virtual tensors
-// between them are all float), on tensor cores where an engine has them; kiln's kernels load
-// into float and round once. The engines dropped: down-converted inputs, reduced-precision
-// reductions (fp16 accumulation), FFT and Winograd transforms always, and tensor cores for
-// float32 unless cuda.precision=tf32 allows TF32 for the node (allowsTf32).
+// Element types: float32, and float16 / bfloat16 where cuda.precision made the node reduced or
+// the model gave it so (all of its tensors then have the reduced type). cuDNN reads and writes
+// the reduced type with float math (the convolution's compute type, the pointwise math precision
+// and the virtual tensors between them are all float), on tensor cores where an engine has them;
+// kiln's kernels load into float and round once. The engines dropped: down-converted inputs,
+// reduced-precision reductions (fp16 accumulation), FFT and Winograd transforms always, and
+// tensor cores for float32 unless cuda.precision=tf32 allows TF32 for the node (allowsTf32; not
+// for ConvTranspose, whose step records fp32). ConvTranspose also drops nondeterministic engines
+// (atomic accumulation): a run must give the same bits every time.
 //
 // Where cuDNN cannot be used the step runs kiln's kernel instead, never the host: at lowering for
-// asymmetric pads (cuDNN pads both ends of a dimension alike) and empty tensors; in prepare()
-// when no engine finalizes even for the bare convolution (the step's tactic then says
-// "kiln.conv"). When the fused graph has no engine, the bare convolution plus kiln's epilogue
-// kernel is tried before that.
+// asymmetric pads (cuDNN pads both ends of a dimension alike), ConvTranspose geometries a forward
+// convolution cannot mirror (negative pads from output_shape, output_padding of a stride or more)
+// and empty tensors; in prepare() when no engine finalizes even for the bare convolution (the
+// step's tactic then says "kiln.conv" or "kiln.convtranspose"). When the fused graph has no
+// engine, the bare convolution plus kiln's epilogue kernel is tried before that.
 //
 // Tactics: "cudnn" (everything in the cuDNN graph), "cudnn+epilogue" (kiln's epilogue kernel
-// after it), the same with ".timed" after "cudnn" for cuda.conv.algo=timed, and "kiln.conv".
+// after it), the same with ".timed" after "cudnn" for cuda.conv.algo=timed, and "kiln.conv"
+// ("kiln.convtranspose" for ConvTranspose).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -50,8 +57,9 @@ const knobs::Knob kConvSource = knobs::declareKnob({
     .kind = knobs::KnobKind::kEnum,
     .choices = {"cudnn", "native"},
     .defaultValue = "cudnn",
-    .help = "convolution kernels: cuDNN's graph API (asymmetric pads, empty tensors and shapes "
-            "no cuDNN engine takes still run kiln's kernel), or kiln's own direct kernel",
+    .help = "convolution kernels (Conv, kiln's fused and NHWC convolutions, ConvTranspose): "
+            "cuDNN's graph API (asymmetric pads, empty tensors and shapes no cuDNN engine takes "
+            "still run kiln's kernel), or kiln's own direct kernel",
     .backends = {"cuda"},
     .perNode = true,
 });
@@ -99,7 +107,12 @@ struct ConvProblem {
   ConvGeometry geometry;  // strides of the node's own layouts (kiln's kernel reads these)
   ElementType type = ElementType::kFloat32;  // of every tensor
   size_t spatialRank = 2;                    // 1..3, as the node has it
-  bool symmetricPads = true;
+  // ConvTranspose: geometry.channels is X's C, outChannels Y's M, wStrides over (c, m within the
+  // group, kernel axes); padBegin may be negative.
+  bool transpose = false;
+  // cuDNN can express the geometry: pads alike at both ends (for ConvTranspose also not
+  // negative, and X's extents those a convolution of Y with them gives).
+  bool cudnnGeometry = true;
   bool empty = false;  // some tensor has no elements
   bool nhwc = false;
   bool hasBias = false;
@@ -232,7 +245,7 @@ std::optional<ConvProblem> readProblem(const ir::Node& node) {
     p.epilogue = *epilogue;
   }
   p.spatialRank = rank - 2;
-  p.symmetricPads = g->padsBegin == g->padsEnd;
+  p.cudnnGeometry = g->padsBegin == g->padsEnd;
   p.weightsConstant = w->constant.has_value();
   p.outputElements = y->shape.elementCount();
   p.weightElements = w->shape.elementCount();
@@ -270,6 +283,81 @@ std::optional<ConvProblem> readProblem(const ir::Node& node) {
     alignStrides(ys[0], ys[1], tail(ys, 2), g->output, geo.yStrides);
   }
   geo.channelsLast = nhwcConv;
+  return p;
+}
+
+// ConvTranspose (X, W, B?) in float32, float16 or bfloat16 (every tensor the same), NCHW with 1
+// to 3 spatial axes; nullopt for anything else. X is [N, C, ...], W [C, M/group, k...], Y [N, M,
+// ...] with the extents resolveConvTransposeGeometry gives (output_shape, output_padding and
+// auto_pad already applied).
+std::optional<ConvProblem> readTransposeProblem(const ir::Node& node) {
+  const ir::Value* x = node.input(0);
+  const ir::Value* w = node.input(1);
+  const ir::Value* y = node.outputs.size() == 1 ? node.outputs[0] : nullptr;
+  if (!x || !w || !y || node.inputs.size() > 3) return std::nullopt;
+  const std::optional<ElementType> type = floatTypeOf(y->dtype);
+  if (!type) return std::nullopt;
+  for (const ir::Value* value : node.inputs) {
+    if (value && value->dtype != y->dtype) return std::nullopt;
+  }
+  const size_t rank = x->shape.rank();
+  if (rank < 3 || rank > 5 || w->shape.rank() != rank) return std::nullopt;
+  auto g = ir::resolveConvTransposeGeometry(node, x->shape, w->shape);
+  auto group = node.getInt("group", 1);
+  if (!g.isOk() || !group.isOk() || *group < 1 || w->shape[0] != x->shape[1] ||
+      x->shape[1] % *group != 0) {
+    return std::nullopt;
+  }
+  const int64_t outChannels = w->shape[1] * *group;
+  std::vector<int64_t> outDims = {x->shape[0], outChannels};
+  outDims.insert(outDims.end(), g->output.begin(), g->output.end());
+  if (y->shape != ir::Shape(outDims)) return std::nullopt;
+
+  ConvProblem p;
+  p.type = *type;
+  p.transpose = true;
+  p.hasBias = node.hasInput(2);
+  if (p.hasBias && node.input(2)->shape != ir::Shape{outChannels}) return std::nullopt;
+  p.spatialRank = rank - 2;
+  p.weightsConstant = w->constant.has_value();
+  p.outputElements = y->shape.elementCount();
+  p.weightElements = w->shape.elementCount();
+  p.outputSpatial = 1;
+  for (int64_t extent : g->output) p.outputSpatial *= extent;
+  p.empty = x->shape.elementCount() == 0 || p.weightElements == 0 || p.outputElements == 0;
+  p.shapes =
+      fmt::format("X {} W {} Y {}", x->shape.toString(), w->shape.toString(), y->shape.toString());
+  // cuDNN's backward data checks that a convolution of Y (dX) with the same pads, strides and
+  // dilations has X's (dY's) extents; output_padding of a stride or more breaks that.
+  p.cudnnGeometry = g->padsBegin == g->padsEnd;
+  for (size_t i = 0; i < p.spatialRank; ++i) {
+    const int64_t window = (g->kernel[i] - 1) * g->dilations[i] + 1;
+    const int64_t span = g->output[i] + g->padsBegin[i] + g->padsEnd[i] - window;
+    if (g->padsBegin[i] < 0 || span < 0 || span / g->strides[i] + 1 != g->input[i]) {
+      p.cudnnGeometry = false;
+    }
+  }
+
+  ConvGeometry& geo = p.geometry;
+  geo.batch = x->shape[0];
+  geo.channels = x->shape[1];
+  geo.outChannels = outChannels;
+  geo.group = *group;
+  const size_t missing = 3 - p.spatialRank;
+  for (size_t i = 0; i < p.spatialRank; ++i) {
+    geo.in[missing + i] = g->input[i];
+    geo.out[missing + i] = g->output[i];
+    geo.kernel[missing + i] = g->kernel[i];
+    geo.stride[missing + i] = g->strides[i];
+    geo.dilation[missing + i] = g->dilations[i];
+    geo.padBegin[missing + i] = g->padsBegin[i];
+  }
+  const std::vector<int64_t> xs = x->shape.strides();
+  const std::vector<int64_t> ws = w->shape.strides();
+  const std::vector<int64_t> ys = y->shape.strides();
+  alignStrides(xs[0], xs[1], tail(xs, 2), g->input, geo.xStrides);
+  alignStrides(ws[0], ws[1], tail(ws, 2), g->kernel, geo.wStrides);
+  alignStrides(ys[0], ys[1], tail(ys, 2), g->output, geo.yStrides);
   return p;
 }
 
@@ -424,7 +512,10 @@ CudnnShapes cudnnShapesFor(const ConvProblem& p) {
   const int64_t groupChannels = g.channels / g.group;
   s.xDims = {g.batch, g.channels};
   s.xStrides = {g.xStrides[0], g.xStrides[1]};
-  s.wDims = {g.outChannels, groupChannels};
+  // A forward filter is [M, C/group, ...]; ConvTranspose's is [C, M/group, ...], which is what
+  // backward data reads (K = dY's channels = X's C, then dX's channels per group).
+  s.wDims = p.transpose ? std::vector<int64_t>{g.channels, g.outChannels / g.group}
+                        : std::vector<int64_t>{g.outChannels, groupChannels};
   s.wStrides = {g.wStrides[0], g.wStrides[1]};
   s.yDims = {g.batch, g.outChannels};
   s.yStrides = {g.yStrides[0], g.yStrides[1]};
@@ -495,7 +586,10 @@ class GraphBuilder {
     return keep(std::move(t));
   }
 
-  Result<cudnnBackendDescriptor_t> convolution(const CudnnShapes& s, cudnnBackendDescriptor_t x,
+  // y = conv(x, w), or with `transpose` y = ConvTranspose(x, w) as cuDNN's backward data (dX = y,
+  // dY = x).
+  Result<cudnnBackendDescriptor_t> convolution(const CudnnShapes& s, bool transpose,
+                                               cudnnBackendDescriptor_t x,
                                                cudnnBackendDescriptor_t w,
                                                cudnnBackendDescriptor_t y) {
     KILN_ASSIGN_OR_RETURN(CudnnDescriptor conv,
@@ -514,6 +608,7 @@ class GraphBuilder {
     KILN_RETURN_IF_ERROR(setInt64s(conv, CUDNN_ATTR_CONVOLUTION_DILATIONS, s.dilations));
     KILN_RETURN_IF_ERROR(setInt64s(conv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, s.convStrides));
     KILN_RETURN_IF_ERROR(finalize(conv, "the convolution descriptor"));
+    if (transpose) return backwardData(std::move(conv), x, w, y);
 
     KILN_ASSIGN_OR_RETURN(
         CudnnDescriptor op,
@@ -529,6 +624,27 @@ class GraphBuilder {
     KILN_RETURN_IF_ERROR(setAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA,
                                       CUDNN_TYPE_FLOAT, 1, &beta));
     KILN_RETURN_IF_ERROR(finalize(op, "the convolution operation"));
+    keep(std::move(conv));
+    return addOperation(std::move(op));
+  }
+
+  Result<cudnnBackendDescriptor_t> backwardData(CudnnDescriptor conv, cudnnBackendDescriptor_t dy,
+                                                cudnnBackendDescriptor_t w,
+                                                cudnnBackendDescriptor_t dx) {
+    KILN_ASSIGN_OR_RETURN(
+        CudnnDescriptor op,
+        CudnnDescriptor::create(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR));
+    const float alpha = 1.0f, beta = 0.0f;
+    KILN_RETURN_IF_ERROR(setDescriptor(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, dx));
+    KILN_RETURN_IF_ERROR(setDescriptor(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, w));
+    KILN_RETURN_IF_ERROR(setDescriptor(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, dy));
+    KILN_RETURN_IF_ERROR(
+        setDescriptor(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, conv.get()));
+    KILN_RETURN_IF_ERROR(setAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+                                      CUDNN_TYPE_FLOAT, 1, &alpha));
+    KILN_RETURN_IF_ERROR(setAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA,
+                                      CUDNN_TYPE_FLOAT, 1, &beta));
+    KILN_RETURN_IF_ERROR(finalize(op, "the backward-data convolution operation"));
     keep(std::move(conv));
     return addOperation(std::move(op));
   }
@@ -631,7 +747,7 @@ Result<CudnnGraph> buildGraph(const ConvProblem& problem, const Fusion& fusion,
     return b.tensor(nextVirtual++, s.yDims, s.yStrides, true, CUDNN_DATA_FLOAT);
   };
   KILN_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t current, nextOutput());
-  KILN_RETURN_IF_ERROR(b.convolution(s, x, w, current).status());
+  KILN_RETURN_IF_ERROR(b.convolution(s, problem.transpose, x, w, current).status());
   if (fusion.bias) {
     KILN_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t out, nextOutput());
     KILN_RETURN_IF_ERROR(b.pointwise(current, bias, out, std::nullopt).status());
@@ -660,12 +776,18 @@ struct CudnnPlan {
   int64_t engine = -1;  // cuDNN's global engine index
 };
 
+// Which engines a step may run.
+struct EngineFilter {
+  bool tensorCores = false;    // on tensor cores (reduced types, or tf32 allowed)
+  bool deterministic = false;  // no nondeterministic (atomic) accumulation
+};
+
 // Whether `engine` keeps the step's accuracy: no down-converted inputs, reduced-precision
 // (fp16) reductions, FFT or Winograd transforms (their results drift from the reference by more
-// than kiln's convolution tolerance), and tensor cores only where `tensorCores` allows them (on
+// than kiln's convolution tolerance), tensor cores only where the filter allows them (on
 // float32 data they mean TF32, which cuda.precision=tf32 alone allows; float16 and bfloat16 data
-// are what they are for).
-bool keepsAccuracy(cudnnBackendDescriptor_t engine, bool tensorCores) {
+// are what they are for), and nondeterministic engines only where the filter allows them.
+bool keepsAccuracy(cudnnBackendDescriptor_t engine, const EngineFilter& filter) {
   cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
   int64_t count = 0;
   if (cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
@@ -676,7 +798,10 @@ bool keepsAccuracy(cudnnBackendDescriptor_t engine, bool tensorCores) {
   for (int64_t i = 0; i < count; ++i) {
     switch (notes[i]) {
       case CUDNN_NUMERICAL_NOTE_TENSOR_CORE:
-        if (!tensorCores) return false;
+        if (!filter.tensorCores) return false;
+        break;
+      case CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC:
+        if (filter.deterministic) return false;
         break;
       case CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS:
       case CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION:
@@ -729,7 +854,7 @@ Result<std::vector<CudnnDescriptor>> engineConfigs(const CudnnGraph& graph,
 // An execution plan for `config` if its engine keeps the step's accuracy (keepsAccuracy),
 // finalizes on this device and needs a workspace within kiln's bound; nullopt otherwise.
 Result<std::optional<CudnnPlan>> planFor(CudnnDescriptor config, cudnnHandle_t handle,
-                                         bool tensorCores) {
+                                         const EngineFilter& filter) {
   KILN_ASSIGN_OR_RETURN(CudnnDescriptor engine,
                         CudnnDescriptor::create(CUDNN_BACKEND_ENGINE_DESCRIPTOR));
   cudnnBackendDescriptor_t rawEngine = engine.get();
@@ -737,7 +862,7 @@ Result<std::optional<CudnnPlan>> planFor(CudnnDescriptor config, cudnnHandle_t h
   if (cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_ENGINE,
                                CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &count,
                                &rawEngine) != CUDNN_STATUS_SUCCESS ||
-      !keepsAccuracy(rawEngine, tensorCores)) {
+      !keepsAccuracy(rawEngine, filter)) {
     return std::optional<CudnnPlan>();
   }
   CudnnPlan plan;
@@ -765,7 +890,8 @@ Result<std::optional<CudnnPlan>> planFor(CudnnDescriptor config, cudnnHandle_t h
 // when mode A gives none that kiln can use). A heuristics mode that fails adds its reason to
 // `why`.
 Result<std::vector<CudnnPlan>> findPlans(const CudnnGraph& graph, cudnnHandle_t handle,
-                                         size_t limit, bool tensorCores, std::string& why) {
+                                         size_t limit, const EngineFilter& filter,
+                                         std::string& why) {
   std::vector<CudnnPlan> plans;
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
     auto configs = engineConfigs(graph, mode);
@@ -775,7 +901,7 @@ Result<std::vector<CudnnPlan>> findPlans(const CudnnGraph& graph, cudnnHandle_t 
     }
     for (CudnnDescriptor& config : *configs) {
       KILN_ASSIGN_OR_RETURN(std::optional<CudnnPlan> plan,
-                            planFor(std::move(config), handle, tensorCores));
+                            planFor(std::move(config), handle, filter));
       if (plan) plans.push_back(std::move(*plan));
       if (plans.size() >= limit) return plans;
     }
@@ -805,7 +931,7 @@ struct ConvChoice {
   bool cudnn = true;
   bool timed = false;
   bool fuseEpilogue = true;
-  bool tensorCores = false;  // cuDNN engines on tensor cores (reduced types, or tf32 allowed)
+  EngineFilter engines;
 };
 
 class ConvStep final : public Step {
@@ -832,9 +958,9 @@ class ConvStep final : public Step {
         reasons += fmt::format("{}; ", graph.status().message());
         continue;
       }
-      KILN_ASSIGN_OR_RETURN(std::vector<CudnnPlan> plans,
-                            findPlans(*graph, handle, choice_.timed ? kMaxTimedPlans : 1,
-                                      choice_.tensorCores, reasons));
+      KILN_ASSIGN_OR_RETURN(
+          std::vector<CudnnPlan> plans,
+          findPlans(*graph, handle, choice_.timed ? kMaxTimedPlans : 1, choice_.engines, reasons));
       if (plans.empty()) {
         reasons += fmt::format(
             "no accurate enough engine for {} fused op(s); ",
@@ -853,7 +979,7 @@ class ConvStep final : public Step {
     }
     // No engine: kiln's kernel computes the same thing.
     useCudnn_ = false;
-    tactic = "kiln.conv";
+    tactic = nativeTactic();
     fallbackReason_ = fmt::format("cuDNN has no engine for {} ({})", problem_.shapes, reasons);
     return Status::ok();
   }
@@ -869,6 +995,11 @@ class ConvStep final : public Step {
     const void* bias = problem_.hasBias ? context.address(*inputs[2]) : nullptr;
     const void* residual = problem_.hasResidual ? context.address(*inputs[3]) : nullptr;
     void* y = context.address(*outputs[0]);
+    if (!useCudnn_ && problem_.transpose) {
+      return cudaStatus(
+          launchConvTranspose(problem_.geometry, problem_.type, x, w, bias, y, context.stream),
+          "the transposed convolution kernel");
+    }
     if (!useCudnn_) {
       return cudaStatus(launchDirectConv(problem_.geometry, problem_.type, x, w, bias, residual, y,
                                          problem_.epilogue, context.stream),
@@ -899,8 +1030,12 @@ class ConvStep final : public Step {
   }
 
  private:
+  const char* nativeTactic() const {
+    return problem_.transpose ? "kiln.convtranspose" : "kiln.conv";
+  }
+
   std::string tacticFor(const Fusion& fusion) const {
-    if (!useCudnn_) return "kiln.conv";
+    if (!useCudnn_) return nativeTactic();
     std::string name = choice_.timed ? "cudnn.timed" : "cudnn";
     if (epilogueRemains(problem_, fusion)) name += "+epilogue";
     return name;
@@ -1039,16 +1174,20 @@ class ConvStep final : public Step {
 };
 
 std::unique_ptr<Step> makeConvStep(const ir::Node& node, const knobs::Route& route) {
-  std::optional<ConvProblem> problem = readProblem(node);
+  const bool transpose = node.domain.empty() && node.opType == "ConvTranspose";
+  std::optional<ConvProblem> problem = transpose ? readTransposeProblem(node) : readProblem(node);
   if (!problem) return nullptr;
   ConvChoice choice;
   // cuDNN pads both ends of a dimension alike, and takes no empty tensors: those stay with
   // kiln's kernel whatever the knob says.
   choice.cudnn =
-      route.value(kConvSource, &node) == "cudnn" && problem->symmetricPads && !problem->empty;
+      route.value(kConvSource, &node) == "cudnn" && problem->cudnnGeometry && !problem->empty;
   choice.timed = route.value(kConvAlgo, &node) == "timed";
   choice.fuseEpilogue = route.value(kConvEpilogue, &node) == "fused";
-  choice.tensorCores = problem->type != ElementType::kFloat32 || allowsTf32(node, route);
+  // TF32 only where the step records it (lower.cc's products; ConvTranspose is not one).
+  choice.engines.tensorCores =
+      problem->type != ElementType::kFloat32 || (!transpose && allowsTf32(node, route));
+  choice.engines.deterministic = transpose;
   return std::make_unique<ConvStep>(std::move(*problem), choice);
 }
 

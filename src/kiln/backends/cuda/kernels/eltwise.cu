@@ -278,6 +278,15 @@ __device__ __forceinline__ C stdMax(C a, C b) {
   return a < b ? b : a;
 }
 
+// HardSigmoid's clamp as the reference writes it, std::max(0, std::min(1, v)): a NaN v gives 1
+// (std::min(1, NaN) is its first operand). The NaN is tested for explicitly because ptxas may
+// reorder the min/max pair into a clamp (max first), which sends NaN to 0.
+template <typename C>
+__device__ __forceinline__ C hardSigmoidClamp(C v) {
+  if (isnan(v)) return C(1);
+  return stdMax(C(0), stdMin(C(1), v));
+}
+
 // NaN-propagating, as numpy's minimum and maximum.
 template <typename C>
 __device__ __forceinline__ C minimum(C a, C b) {
@@ -360,7 +369,7 @@ KILN_REAL_UNARY(GeluOp, C(0.5) * x * erfcOf(-x * C(0.70710678118654752440)))
 // 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), which keeps its precision for negative x.
 KILN_REAL_UNARY(GeluTanhOp, x / (C(1) + expOf(C(-2) * C(0.79788456080286535588) *
                                               (x + C(0.044715) * x * x * x))))
-KILN_REAL_UNARY(HardSigmoidOp, stdMax(C(0), stdMin(C(1), alphaC* x + betaC)))
+KILN_REAL_UNARY(HardSigmoidOp, hardSigmoidClamp(alphaC* x + betaC))
 KILN_REAL_UNARY(HardSwishOp, x* stdMax(C(0), stdMin(C(1), x / C(6) + C(0.5))))
 KILN_REAL_UNARY(LeakyReluOp, x < C(0) ? alphaC * x : x)
 KILN_REAL_UNARY(LogOp, logOf(x))
@@ -989,6 +998,20 @@ __device__ __forceinline__ C integerPower(C base, IntegerExponent exponent) {
   return result;
 }
 
+// CUDA's pow is within two ulps of the exact power, the host's (glibc, which the reference
+// calls) within about half of one: an exact integer power such as 9^0.5 can come out here just
+// below the integer (2.9999999999999996) and truncate to one less than the reference's 3. Before
+// an integer output truncates it, a power within two to four ulps of an integer is taken as
+// that integer. Only below 2^31: further up a few ulps are a sizeable fraction, and a power that
+// merely lies close to an integer would be moved across it.
+__device__ __forceinline__ double snapToInteger(double power) {
+  constexpr double kLimit = 2147483648.0;             // 2^31
+  constexpr double kUlps = 1.0 / 2251799813685248.0;  // 2^-51 of the integer: 2 to 4 ulps
+  const double nearest = ::rint(power);
+  if (::fabs(nearest) >= kLimit || ::fabs(power - nearest) > ::fabs(nearest) * kUlps) return power;
+  return nearest;
+}
+
 template <typename T>
 __global__ void powKernel(BroadcastGeometry g, PowMode mode, ElementType exponentType, const T* a,
                           const void* b, T* y) {
@@ -1007,7 +1030,12 @@ __global__ void powKernel(BroadcastGeometry g, PowMode mode, ElementType exponen
         return;
       }
     }
-    y[i] = storeAs<T>(::pow(static_cast<double>(base), exponentAsDouble(b, at[1], exponentType)));
+    const double power = ::pow(static_cast<double>(base), exponentAsDouble(b, at[1], exponentType));
+    if constexpr (kIsInteger<T>) {
+      y[i] = storeAs<T>(snapToInteger(power));
+    } else {
+      y[i] = storeAs<T>(power);
+    }
   });
 }
 
@@ -1140,7 +1168,7 @@ __device__ __forceinline__ float fusedEvaluate(const FusedInstruction& instructi
     case FusedOpcode::kReciprocal:
       return 1.0f / x;
     case FusedOpcode::kHardSigmoid:
-      return stdMax(0.0f, stdMin(1.0f, alpha * x + beta));
+      return hardSigmoidClamp(alpha * x + beta);
     case FusedOpcode::kHardSwish:
       return x * stdMax(0.0f, stdMin(1.0f, x / 6.0f + 0.5f));
     case FusedOpcode::kLeakyRelu:

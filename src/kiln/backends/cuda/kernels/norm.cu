@@ -56,28 +56,38 @@ cudaError_t dispatch(ElementType type, Fn fn) {
   }
 }
 
+// Sums over float or double values (the row statistics are double).
 struct SumOp {
-  __device__ static float identity() { return 0.0f; }
-  __device__ float operator()(float a, float b) const { return a + b; }
+  template <typename V = float>
+  __device__ static V identity() {
+    return V(0);
+  }
+  template <typename V>
+  __device__ V operator()(V a, V b) const {
+    return a + b;
+  }
 };
 
 struct MaxOp {
-  __device__ static float identity() { return -INFINITY; }
+  template <typename V = float>
+  __device__ static V identity() {
+    return -INFINITY;
+  }
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
 
 // A butterfly: every lane ends with the same value (each pair adds the same two operands).
-template <typename Op>
-__device__ __forceinline__ float warpReduce(float value, Op op) {
+template <typename V, typename Op>
+__device__ __forceinline__ V warpReduce(V value, Op op) {
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
     value = op(value, __shfl_xor_sync(kFullMask, value, offset));
   }
   return value;
 }
 
-// Every thread of the block gets the result; `shared` holds kWarpSize floats.
-template <typename Op>
-__device__ __forceinline__ float blockReduce(float value, Op op, float* shared) {
+// Every thread of the block gets the result; `shared` holds kWarpSize values.
+template <typename V, typename Op>
+__device__ __forceinline__ V blockReduce(V value, Op op, V* shared) {
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
   const int warps = blockDim.x / kWarpSize;
@@ -85,7 +95,7 @@ __device__ __forceinline__ float blockReduce(float value, Op op, float* shared) 
   __syncthreads();  // a previous reduction may still be reading `shared`
   if (lane == 0) shared[warp] = value;
   __syncthreads();
-  value = lane < warps ? shared[lane] : Op::identity();
+  value = lane < warps ? shared[lane] : Op::template identity<V>();
   return warpReduce(value, op);
 }
 
@@ -146,8 +156,8 @@ struct WarpRows {
   __device__ static int64_t stride() { return static_cast<int64_t>(gridDim.x) * kRowsPerBlock; }
   __device__ static int lane() { return threadIdx.x % kWarpSize; }
   __device__ static int size() { return kWarpSize; }
-  template <typename Op>
-  __device__ static float reduce(float value, Op op, float*) {
+  template <typename V, typename Op>
+  __device__ static V reduce(V value, Op op, V*) {
     return warpReduce(value, op);
   }
   __device__ static Best best(Best value, float*, int64_t*) { return warpBest(value); }
@@ -162,8 +172,8 @@ struct BlockRows {
   __device__ static int64_t stride() { return gridDim.x; }
   __device__ static int lane() { return threadIdx.x; }
   __device__ static int size() { return blockDim.x; }
-  template <typename Op>
-  __device__ static float reduce(float value, Op op, float* shared) {
+  template <typename V, typename Op>
+  __device__ static V reduce(V value, Op op, V* shared) {
     return blockReduce(value, op, shared);
   }
   __device__ static Best best(Best value, float* values, int64_t* indices) {
@@ -270,46 +280,47 @@ __device__ __forceinline__ void storeStat(void* at, int64_t i, float value, bool
   }
 }
 
+// The statistics are double, as the reference's: with a large common offset (rows near 1000,
+// say) a float mean is off by up to half a float ulp of the offset, which is a visible part of
+// a small deviation; in double the deviations keep every bit of the float inputs. Two passes
+// (the mean, then the squared deviations from it), and the output computed in double too.
 template <typename Rows, typename T>
 __global__ void rowNormKernel(RowNormalization n, const T* __restrict__ x,
                               const T* __restrict__ scale, const T* __restrict__ bias,
                               T* __restrict__ y, void* __restrict__ mean,
                               void* __restrict__ invStdDev, bool statsInT) {
-  __shared__ float shared[kWarpSize];
+  __shared__ double shared[kWarpSize];
   const int lane = Rows::lane();
   const int size = Rows::size();
-  const float count = static_cast<float>(n.width);
+  const double count = static_cast<double>(n.width);
   for (int64_t row = Rows::first(); row < n.rows; row += Rows::stride()) {
     const T* in = x + row * n.width;
     T* out = y + row * n.width;
-    // Two passes: the mean of the deviations from the row's first element (which takes a large
-    // common offset out of the float sum), then the squared deviations from the mean.
-    const float shift = load(in[0]);
-    float sum = 0.0f;
-    for (int64_t j = lane; j < n.width; j += size) sum += load(in[j]) - shift;
+    double sum = 0.0;
+    for (int64_t j = lane; j < n.width; j += size) sum += load(in[j]);
     sum = Rows::reduce(sum, SumOp(), shared);
-    const float mu = shift + sum / count;
-    float squares = 0.0f;
+    const double mu = sum / count;
+    double squares = 0.0;
     for (int64_t j = lane; j < n.width; j += size) {
-      const float d = load(in[j]) - mu;
+      const double d = load(in[j]) - mu;
       squares += d * d;
     }
     squares = Rows::reduce(squares, SumOp(), shared);
-    const float inv = 1.0f / sqrtf(squares / count + n.epsilon);
-    float rowScale = 0.0f, rowBias = 0.0f;
+    const double inv = 1.0 / sqrt(squares / count + static_cast<double>(n.epsilon));
+    double rowScale = 0.0, rowBias = 0.0;
     if (n.channels > 0) {
       const int64_t c = row % n.channels;
       rowScale = load(scale[c]);
       rowBias = bias ? load(bias[c]) : 0.0f;
     }
     for (int64_t j = lane; j < n.width; j += size) {
-      const float s = n.channels > 0 ? rowScale : load(scale[j]);
-      const float b = n.channels > 0 ? rowBias : (bias ? load(bias[j]) : 0.0f);
-      store(out + j, (load(in[j]) - mu) * inv * s + b);
+      const double s = n.channels > 0 ? rowScale : load(scale[j]);
+      const double b = n.channels > 0 ? rowBias : (bias ? load(bias[j]) : 0.0f);
+      store(out + j, static_cast<float>((load(in[j]) - mu) * inv * s + b));
     }
     if (lane == 0) {
-      if (mean) storeStat<T>(mean, row, mu, statsInT);
-      if (invStdDev) storeStat<T>(invStdDev, row, inv, statsInT);
+      if (mean) storeStat<T>(mean, row, static_cast<float>(mu), statsInT);
+      if (invStdDev) storeStat<T>(invStdDev, row, static_cast<float>(inv), statsInT);
     }
   }
 }
@@ -338,29 +349,56 @@ __device__ __forceinline__ int64_t offsetOf(int64_t k, int rank, const int64_t* 
   return offset;
 }
 
+// Statistics in double, as rowNormKernel's (and the reference's).
 template <typename T>
 __global__ void meanVarianceKernel(SlotGeometry g, const T* __restrict__ x, T* __restrict__ y,
                                    int64_t slots, int64_t count) {
-  __shared__ float shared[kWarpSize];
-  const float n = static_cast<float>(count);
+  __shared__ double shared[kWarpSize];
+  const double n = static_cast<double>(count);
   for (int64_t slot = blockIdx.x; slot < slots; slot += gridDim.x) {
     const int64_t base = offsetOf(slot, g.keptRank, g.keptDims, g.keptStrides);
-    float sum = 0.0f;
+    double sum = 0.0;
     for (int64_t k = threadIdx.x; k < count; k += blockDim.x) {
       sum += load(x[base + offsetOf(k, g.reducedRank, g.reducedDims, g.reducedStrides)]);
     }
-    const float mu = blockReduce(sum, SumOp(), shared) / n;
-    float squares = 0.0f;
+    const double mu = blockReduce(sum, SumOp(), shared) / n;
+    double squares = 0.0;
     for (int64_t k = threadIdx.x; k < count; k += blockDim.x) {
-      const float d =
+      const double d =
           load(x[base + offsetOf(k, g.reducedRank, g.reducedDims, g.reducedStrides)]) - mu;
       squares += d * d;
     }
-    const float denominator = sqrtf(blockReduce(squares, SumOp(), shared) / n) + 1e-9f;
+    const double denominator = sqrt(blockReduce(squares, SumOp(), shared) / n) + 1e-9;
     for (int64_t k = threadIdx.x; k < count; k += blockDim.x) {
       const int64_t at = base + offsetOf(k, g.reducedRank, g.reducedDims, g.reducedStrides);
-      store(y + at, (load(x[at]) - mu) / denominator);
+      store(y + at, static_cast<float>((load(x[at]) - mu) / denominator));
     }
+  }
+}
+
+// One thread per element; neighbouring threads take neighbouring spatial positions, so each
+// channel of the window is read coalesced. In double, as the reference (LRN is rare and small).
+template <typename T>
+__global__ void lrnKernel(LrnGeometry g, const T* __restrict__ x, T* __restrict__ y,
+                          int64_t count) {
+  const int64_t before = (g.size - 1) / 2;
+  const int64_t after = g.size - 1 - before;
+  const double coefficient = static_cast<double>(g.alpha) / static_cast<double>(g.size);
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t position = i % g.inner;
+    const int64_t c = i / g.inner % g.channels;
+    const int64_t n = i / g.inner / g.channels;
+    const T* plane = x + n * g.channels * g.inner + position;
+    const int64_t first = c - before < 0 ? 0 : c - before;
+    const int64_t last = c + after > g.channels - 1 ? g.channels - 1 : c + after;
+    double squares = 0.0;
+    for (int64_t k = first; k <= last; ++k) {
+      const double v = load(plane[k * g.inner]);
+      squares += v * v;
+    }
+    const double scale = static_cast<double>(g.bias) + coefficient * squares;
+    store(y + i, static_cast<float>(load(x[i]) / pow(scale, static_cast<double>(g.beta))));
   }
 }
 
@@ -449,6 +487,18 @@ cudaError_t launchBatchNormalization(const BatchNormGeometry& geometry, const vo
             geometry, static_cast<const T*>(x), static_cast<const T*>(scale),
             static_cast<const T*>(bias), static_cast<const T*>(mean), static_cast<const T*>(var),
             static_cast<T*>(y));
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launchLrn(const LrnGeometry& geometry, const void* x, void* y, cudaStream_t stream) {
+  const int64_t count = geometry.batch * geometry.channels * geometry.inner;
+  if (count <= 0) return cudaSuccess;
+  if (geometry.size < 1) return cudaErrorInvalidValue;
+  return dispatch(geometry.type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    lrnKernel<T><<<blocksFor(count, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(
+        geometry, static_cast<const T*>(x), static_cast<T*>(y), count);
     return cudaGetLastError();
   });
 }

@@ -1,8 +1,10 @@
 // kiln's normalisation kernels on the GPU (norm.cu): Softmax, LogSoftmax, Hardmax and
 // LpNormalization along one axis, LayerNormalization and InstanceNormalization over rows,
-// inference BatchNormalization, and MeanVarianceNormalization over any set of axes. Elements are
-// float32, float16 or bfloat16 (every data tensor of a launch the same: `type`); the kernels load
-// them into float, accumulate in float and round once on the way out.
+// inference BatchNormalization, MeanVarianceNormalization over any set of axes, and LRN across
+// channels. Elements are float32, float16 or bfloat16 (every data tensor of a launch the same:
+// `type`); the kernels load them into float, accumulate in float (the row and slot statistics of
+// the Layer/Instance/MeanVariance normalisations, and LRN, in double, as the reference) and round
+// once on the way out.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -44,8 +46,8 @@ cudaError_t launchLpNormalization(int p, const Lines& lines, RowKernel rows, Ele
                                   const void* x, void* y, cudaStream_t stream);
 
 // Rows of `width` contiguous elements, each normalised to zero mean and unit variance (biased,
-// two-pass), then scaled and shifted: y = (x - mean) / sqrt(var + epsilon) * scale + bias.
-// With channels == 0 scale and bias have one value per element of a row (LayerNormalization);
+// two-pass, in double), then scaled and shifted: y = (x - mean) / sqrt(var + epsilon) * scale +
+// bias. With channels == 0 scale and bias have one value per element of a row (LayerNormalization);
 // otherwise one per row, row r taking value r % channels (InstanceNormalization). x, scale, bias
 // and y are of `type`; bias, mean and invStdDev (rows values each, of `statType`: float32 or
 // `type`) may be null.
@@ -91,5 +93,20 @@ struct SlotGeometry {
 };
 cudaError_t launchMeanVarianceNormalization(const SlotGeometry& geometry, ElementType type,
                                             const void* x, void* y, cudaStream_t stream);
+
+// LRN over x [batch, channels, inner] (inner: the spatial extents' product): y = x / (bias +
+// alpha / size * s)^beta, s the sum of x^2 over channels c - (size - 1) / 2 .. c + size / 2 that
+// exist. x and y are of `type`.
+struct LrnGeometry {
+  int64_t batch = 0;
+  int64_t channels = 0;
+  int64_t inner = 1;
+  int64_t size = 1;
+  float alpha = 1e-4f;
+  float beta = 0.75f;
+  float bias = 1.0f;
+  ElementType type = ElementType::kFloat32;
+};
+cudaError_t launchLrn(const LrnGeometry& geometry, const void* x, void* y, cudaStream_t stream);
 
 }  // namespace kiln::cuda

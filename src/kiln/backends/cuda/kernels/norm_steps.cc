@@ -1,10 +1,11 @@
 // The CUDA backend's normalisation steps (norm.h's kernels): Softmax, LogSoftmax and Hardmax,
 // LpNormalization, LayerNormalization (with its optional Mean and InvStdDev outputs),
-// InstanceNormalization, inference BatchNormalization and MeanVarianceNormalization, in float32,
-// float16 or bfloat16 (the reduced types where cuda.precision made the node reduced, with
-// cuda.precision.norm_fp32 off: every data tensor of the node has the one type, the math is
-// float). Each factory reads the node's axis and shapes into the kernel's row or line geometry
-// and refuses (nullptr: the host runs it) what it cannot compute as the reference does.
+// InstanceNormalization, inference BatchNormalization, MeanVarianceNormalization and LRN, in
+// float32, float16 or bfloat16 (the reduced types where cuda.precision made the node reduced,
+// with cuda.precision.norm_fp32 off, or where the node came so: every data tensor of the node
+// has the one type, the math is float or double). Each factory reads the node's axis and shapes
+// into the kernel's row or line geometry and refuses (nullptr: the host runs it) what it cannot
+// compute as the reference does.
 #include <algorithm>
 #include <optional>
 #include <set>
@@ -411,6 +412,48 @@ std::unique_ptr<Step> makeMeanVariance(const ir::Node& node) {
   return step;
 }
 
+// --- LRN ---------------------------------------------------------------------------------------
+
+class LrnStep final : public Step {
+ public:
+  explicit LrnStep(LrnGeometry geometry) : geometry_(geometry) {}
+
+  Status enqueue(const Context& context) const override {
+    KILN_CUDA_CHECK(launchLrn(geometry_, context.address(*inputs[0]), context.address(*outputs[0]),
+                              context.stream));
+    KILN_CUDA_CHECK_LAUNCH("the local response normalisation");
+    return Status::ok();
+  }
+
+ private:
+  LrnGeometry geometry_;
+};
+
+std::unique_ptr<Step> makeLrn(const ir::Node& node) {
+  const ir::Value* x = node.inputs[0];
+  const ir::Value* y = node.outputs[0];
+  const std::optional<ElementType> type = typeOf(x);
+  if (!type || !sameType(y, x) || x->shape != y->shape || x->shape.rank() < 3) return nullptr;
+  // The reference's defaults (the schema requires size).
+  auto size = node.getInt("size", 1);
+  auto alpha = node.getFloat("alpha", 1e-4f);
+  auto beta = node.getFloat("beta", 0.75f);
+  auto bias = node.getFloat("bias", 1.0f);
+  if (!size.isOk() || !alpha.isOk() || !beta.isOk() || !bias.isOk() || *size < 1) return nullptr;
+  LrnGeometry geometry;
+  geometry.batch = x->shape[0];
+  geometry.channels = x->shape[1];
+  geometry.inner = product(x->shape.dims(), 2, x->shape.rank());
+  geometry.size = *size;
+  geometry.alpha = *alpha;
+  geometry.beta = *beta;
+  geometry.bias = *bias;
+  geometry.type = *type;
+  auto step = std::make_unique<LrnStep>(geometry);
+  step->tactic = "kiln.lrn";
+  return step;
+}
+
 std::unique_ptr<Step> makeNormStep(const ir::Node& node, const knobs::Route& route) {
   if (!node.domain.empty() || node.inputs.empty() || !node.inputs[0]) return nullptr;
   if (node.outputs.empty() || !node.outputs[0]) return nullptr;
@@ -421,6 +464,7 @@ std::unique_ptr<Step> makeNormStep(const ir::Node& node, const knobs::Route& rou
   if (op == "InstanceNormalization") return makeInstanceNorm(node);
   if (op == "BatchNormalization") return makeBatchNorm(node);
   if (op == "MeanVarianceNormalization") return makeMeanVariance(node);
+  if (op == "LRN") return makeLrn(node);
   return nullptr;
 }
 

@@ -1,7 +1,7 @@
-// kiln's pooling kernels (pool.h): windowed max/average pooling, one thread per output element,
-// and the global pools (a block per plane for contiguous planes, a thread per plane for
-// channels-last). Float accumulation (float16 and bfloat16 elements are loaded into float and
-// the result rounded once), int64 indices.
+// kiln's pooling kernels (pool.h): windowed max (and its indices) and average pooling, one
+// thread per output element, and the global pools (a block per plane for contiguous planes, a
+// thread per plane for channels-last). Float accumulation (float16 and bfloat16 elements are
+// loaded into float and the result rounded once), int64 indices.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -66,7 +66,8 @@ __device__ __forceinline__ int64_t paddedTaps(int64_t start, int64_t kernel, int
 
 template <typename T>
 __global__ void windowPoolKernel(PoolGeometry g, PoolKind kind, const T* __restrict__ x,
-                                 T* __restrict__ y, int64_t total) {
+                                 T* __restrict__ y, int64_t* __restrict__ indices, bool columnMajor,
+                                 int64_t total) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     int64_t rest = i;
@@ -95,6 +96,7 @@ __global__ void windowPoolKernel(PoolGeometry g, PoolKind kind, const T* __restr
     const T* plane = x + n * g.xStrides[0] + c * g.xStrides[1];
     float best = -INFINITY;
     bool found = false;
+    int64_t bestIndex = -1;  // the spatial offset MaxPool's Indices report
     float sum = 0.0f;
     int64_t taps = 0;
     for (int64_t kd = 0; kd < g.kernel[0]; ++kd) {
@@ -108,7 +110,11 @@ __global__ void windowPoolKernel(PoolGeometry g, PoolKind kind, const T* __restr
           if (iw < 0 || iw >= g.in[2]) continue;
           const float v = load(plane[id * g.xStrides[2] + ih * g.xStrides[3] + iw * g.xStrides[4]]);
           // As the reference: the first tap, then any larger one; NaN loses to any number.
-          if (!found || v > best || (isnan(best) && !isnan(v))) best = v;
+          if (!found || v > best || (isnan(best) && !isnan(v))) {
+            best = v;
+            bestIndex = columnMajor ? (iw * g.in[1] + ih) * g.in[0] + id
+                                    : (id * g.in[1] + ih) * g.in[2] + iw;
+          }
           found = true;
           sum += v;
           ++taps;
@@ -128,9 +134,13 @@ __global__ void windowPoolKernel(PoolGeometry g, PoolKind kind, const T* __restr
       result =
           sum / static_cast<float>(divisor);  // 0 / 0 = NaN for an empty window, as the reference
     }
-    store(y + n * g.yStrides[0] + c * g.yStrides[1] + o[0] * g.yStrides[2] + o[1] * g.yStrides[3] +
-              o[2] * g.yStrides[4],
-          result);
+    const int64_t at = n * g.yStrides[0] + c * g.yStrides[1] + o[0] * g.yStrides[2] +
+                       o[1] * g.yStrides[3] + o[2] * g.yStrides[4];
+    store(y + at, result);
+    if (indices) {
+      const int64_t planeSize = g.in[0] * g.in[1] * g.in[2];
+      indices[at] = bestIndex < 0 ? -1 : (n * g.channels + c) * planeSize + bestIndex;
+    }
   }
 }
 
@@ -202,14 +212,16 @@ bool poolSupported(ElementType type) {
 }
 
 cudaError_t launchWindowPool(const PoolGeometry& geometry, PoolKind kind, ElementType type,
-                             const void* x, void* y, cudaStream_t stream) {
+                             const void* x, void* y, int64_t* indices, bool columnMajor,
+                             cudaStream_t stream) {
   const int64_t total =
       geometry.batch * geometry.channels * geometry.out[0] * geometry.out[1] * geometry.out[2];
   if (total <= 0) return cudaSuccess;
+  if (indices && kind != PoolKind::kMax) return cudaErrorInvalidValue;
   return dispatch(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     windowPoolKernel<T><<<static_cast<unsigned>(blocksFor(total)), kThreads, 0, stream>>>(
-        geometry, kind, static_cast<const T*>(x), static_cast<T*>(y), total);
+        geometry, kind, static_cast<const T*>(x), static_cast<T*>(y), indices, columnMajor, total);
     return cudaGetLastError();
   });
 }

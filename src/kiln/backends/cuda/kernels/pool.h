@@ -1,5 +1,6 @@
-// kiln's pooling kernels on the GPU (pool.cu): windowed max and average pooling over 1-D to 3-D
-// spatial axes of any layout the element strides describe (NCHW and NHWC), and the global pools.
+// kiln's pooling kernels on the GPU (pool.cu): windowed max (with MaxPool's Indices) and average
+// pooling over 1-D to 3-D spatial axes of any layout the element strides describe (NCHW and
+// NHWC), and the global pools.
 // x and y are float32, float16 or bfloat16 (both the same); sums and comparisons are in float,
 // and a reduced-type result is rounded once.
 #pragma once
@@ -39,9 +40,13 @@ struct PoolGeometry {
 // Whether the kernels below take elements of `type` (float32, float16, bfloat16).
 bool poolSupported(ElementType type);
 
-// One thread per output element.
+// One thread per output element. With `indices` (kMax only: int64, laid out as y) each output
+// also gets the index MaxPool's Indices output gives the element it took: (n * channels + c) *
+// the spatial size, plus the element's spatial offset, row-major over (d, h, w), or column-major
+// with `columnMajor` (storage_order=1); -1 for a window wholly in padding.
 cudaError_t launchWindowPool(const PoolGeometry& geometry, PoolKind kind, ElementType type,
-                             const void* x, void* y, cudaStream_t stream);
+                             const void* x, void* y, int64_t* indices, bool columnMajor,
+                             cudaStream_t stream);
 
 // y[n * channels + c] = mean or max of the `size` spatial elements of plane (n, c): contiguous
 // planes (NCHW), or with channelsLast the elements `channels` apart ([N, ..., C]). NaN elements

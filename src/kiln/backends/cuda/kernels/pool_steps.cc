@@ -1,11 +1,10 @@
-// Pooling on the GPU with kiln's kernels (pool.cu): MaxPool (without its Indices output),
-// AveragePool and the global pools, on NCHW tensors with 1 to 3 spatial axes (global pools: any
-// number), and kiln's NHWC versions of each (layout.h). float32, and float16 / bfloat16 (where
-// cuda.precision made the node reduced: max exact, averages summed in float, rounded once).
+// Pooling on the GPU with kiln's kernels (pool.cu): MaxPool (with its Indices output, either
+// storage_order), AveragePool and the global pools, on NCHW tensors with 1 to 3 spatial axes
+// (global pools: any number), and kiln's NHWC versions of each (layout.h; they have no Indices).
+// float32, and float16 / bfloat16 (where cuda.precision made the node reduced: max exact,
+// averages summed in float, rounded once).
 //
-// What stays on the host: MaxPool's Indices output (the step would have to reproduce the
-// reference's storage_order indexing for a rarely used output), LpPool, integer and float64
-// MaxPool.
+// What stays on the host: LpPool, integer and float64 MaxPool.
 //
 // Tactics: "kiln.pool" (windowed), "kiln.global_pool".
 #include <optional>
@@ -84,19 +83,23 @@ std::optional<ElementType> floatTypeOf(ir::DType dtype) {
 
 class WindowPoolStep final : public Step {
  public:
-  WindowPoolStep(PoolGeometry geometry, PoolKind kind, ElementType type)
-      : geometry_(geometry), kind_(kind), type_(type) {}
+  WindowPoolStep(PoolGeometry geometry, PoolKind kind, ElementType type, bool columnMajor)
+      : geometry_(geometry), kind_(kind), type_(type), columnMajor_(columnMajor) {}
 
   Status enqueue(const Context& context) const override {
-    return cudaStatus(launchWindowPool(geometry_, kind_, type_, context.address(*inputs[0]),
-                                       context.address(*outputs[0]), context.stream),
-                      "the pooling kernel");
+    int64_t* indices =
+        outputs.size() > 1 && outputs[1] ? context.data<int64_t>(*outputs[1]) : nullptr;
+    return cudaStatus(
+        launchWindowPool(geometry_, kind_, type_, context.address(*inputs[0]),
+                         context.address(*outputs[0]), indices, columnMajor_, context.stream),
+        "the pooling kernel");
   }
 
  private:
   PoolGeometry geometry_;
   PoolKind kind_;
   ElementType type_;
+  bool columnMajor_;  // MaxPool's storage_order=1
 };
 
 class GlobalPoolStep final : public Step {
@@ -153,6 +156,12 @@ std::unique_ptr<Step> makeWindowPoolStep(const ir::Node& node, const PoolNode& p
   const ir::Shape outNchw(outDims);
   if (y != (pool.nhwc ? ir::permuteShape(outNchw, ir::kNchwToNhwc) : outNchw)) return nullptr;
   PoolKind kind = PoolKind::kMax;
+  bool columnMajor = false;
+  if (pool.op == PoolOp::kMax) {
+    auto storageOrder = node.getInt("storage_order", 0);
+    if (!storageOrder.isOk() || (*storageOrder != 0 && *storageOrder != 1)) return nullptr;
+    columnMajor = *storageOrder == 1;
+  }
   if (pool.op == PoolOp::kAverage) {
     auto includePad = node.getInt("count_include_pad", 0);
     if (!includePad.isOk()) return nullptr;
@@ -175,7 +184,7 @@ std::unique_ptr<Step> makeWindowPoolStep(const ir::Node& node, const PoolNode& p
   alignedStrides(x, pool.nhwc, geometry.xStrides);
   alignedStrides(y, pool.nhwc, geometry.yStrides);
   geometry.channelsLast = pool.nhwc;
-  auto step = std::make_unique<WindowPoolStep>(geometry, kind, type);
+  auto step = std::make_unique<WindowPoolStep>(geometry, kind, type, columnMajor);
   step->tactic = "kiln.pool";
   return step;
 }
@@ -185,11 +194,16 @@ std::unique_ptr<Step> makePoolStep(const ir::Node& node, const knobs::Route& /*r
   if (!pool) return nullptr;
   const ir::Value* x = node.input(0);
   if (!x || node.outputs.empty() || !node.outputs[0]) return nullptr;
-  // MaxPool's Indices: the host's reference kernel computes them.
-  for (size_t i = 1; i < node.outputs.size(); ++i) {
-    if (node.outputs[i]) return nullptr;
-  }
   const ir::Value* y = node.outputs[0];
+  // MaxPool's Indices: int64, shaped as Y; only the ONNX op has them.
+  for (size_t i = 1; i < node.outputs.size(); ++i) {
+    const ir::Value* indices = node.outputs[i];
+    if (!indices) continue;
+    if (i > 1 || pool->op != PoolOp::kMax || pool->nhwc || indices->dtype != ir::DType::kInt64 ||
+        indices->shape != y->shape) {
+      return nullptr;
+    }
+  }
   const std::optional<ElementType> type = floatTypeOf(x->dtype);
   if (!type || y->dtype != x->dtype || !poolSupported(*type)) return nullptr;
   if (x->shape.rank() < 3 || (pool->nhwc && x->shape.rank() != 4)) return nullptr;
