@@ -42,10 +42,16 @@ __device__ __forceinline__ float activate(float x, int activation, float alpha, 
       return x;
     case kGemmActivationSigmoid:
       return 1.0f / (1.0f + expf(-x));
-    case kGemmActivationHardSigmoid:
-      return stdMax(0.0f, stdMin(1.0f, alpha * x + beta));
-    case kGemmActivationHardSwish:
-      return x * stdMax(0.0f, stdMin(1.0f, x / 6.0f + 0.5f));
+    case kGemmActivationHardSigmoid: {
+      // The reference's max(0, min(1, NaN)) is 1 (std::min keeps its first operand when the
+      // comparison fails); the compiler may turn this into a clamp that gives 0, so say it.
+      const float y = alpha * x + beta;
+      return y != y ? 1.0f : stdMax(0.0f, stdMin(1.0f, y));
+    }
+    case kGemmActivationHardSwish: {
+      const float y = x / 6.0f + 0.5f;
+      return x * (y != y ? 1.0f : stdMax(0.0f, stdMin(1.0f, y)));
+    }
     case kGemmActivationTanh:
       return tanhf(x);
     case kGemmActivationGelu:
