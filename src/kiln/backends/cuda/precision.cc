@@ -49,6 +49,7 @@ const std::map<std::string, std::set<size_t>>& reducedOps() {
   static const std::map<std::string, std::set<size_t>> ops = {
       // Products: cuBLASLt and cuDNN with fp32 accumulation.
       {"Conv", {}},
+      {"ConvTranspose", {}},
       {"Gemm", {}},
       {"MatMul", {}},
       {"kiln.FusedConv", {}},
