@@ -1,7 +1,9 @@
 // The CUDA data-movement steps against the reference executor, bit for bit: copies, Transpose
 // (strided and tiled), Slice, Expand, Concat, Split, Pad, Tile, Gather, GatherElements, GatherND,
-// ScatterND, ScatterElements, DepthToSpace, SpaceToDepth, Trilu and Resize, over odd shapes, every
-// axis (negative too) and several dtypes (float32, int64, bool, float16 bits).
+// ScatterND, ScatterElements (with reductions too), DepthToSpace, SpaceToDepth, Trilu and Resize,
+// over odd shapes, every axis (negative too) and several dtypes (float32, int64, bool, float16
+// bits).
+#include <limits>
 #include <random>
 
 #include "cuda_test_util.h"
@@ -460,6 +462,71 @@ TEST(CudaDataMove, ScatterElementsReplacesElements) {
       {runtime(dataOf(DType::kBool, {3, 4}, 76)), runtime(intsShaped({3, 2}, {1, 3, 0, -1, 2, 1})),
        runtime(dataOf(DType::kBool, {3, 2}, 77))},
       {{"axis", intAttr(-1)}}, "kiln.scatter_elements"));
+}
+
+// Scatters with a reduction apply duplicates in index order, as the reference does, so even
+// floating sums and products match it bit for bit.
+const std::vector<DType> kScatterReduceTypes = {DType::kFloat32, DType::kFloat16, DType::kFloat64,
+                                                DType::kInt64,   DType::kInt32,   DType::kUInt8,
+                                                DType::kBool};
+
+// Data with a NaN (floating types), so that max and min show NaN winning.
+Tensor scatterData(DType dtype, Shape shape, unsigned seed) {
+  Tensor data = dataOf(DType::kFloat32, std::move(shape), seed);
+  data.mutableData<float>()[3] = std::numeric_limits<float>::quiet_NaN();
+  if (dtype == DType::kFloat32) return data;
+  if (ir::isFloating(dtype)) return data.castTo(dtype);
+  return dataOf(dtype, data.shape(), seed);
+}
+
+TEST(CudaDataMove, ScatterElementsReducesDuplicatesInOrder) {
+  // Indices in [-3, 3) along axis 0 of a [3, 5] data: every column gets several updates.
+  const Tensor indices = randomIndices({7, 4}, 3, 120);
+  for (const char* reduction : {"add", "mul", "max", "min"}) {
+    for (DType dtype : kScatterReduceTypes) {
+      SCOPED_TRACE(std::string(reduction) + " " + std::string(ir::dtypeName(dtype)));
+      expectCudaMatchesReference(exact("ScatterElements",
+                                       {runtime(scatterData(dtype, {3, 5}, 121)), runtime(indices),
+                                        runtime(dataOf(dtype, {7, 4}, 122))},
+                                       {{"axis", intAttr(0)}, {"reduction", stringAttr(reduction)}},
+                                       "kiln.scatter_elements.reduce"));
+    }
+  }
+  // The last axis of a rank-3 tensor, int32 indices, and opset 16 (add and mul only).
+  expectCudaMatchesReference(exact(
+      "ScatterElements",
+      {runtime(floats({2, 3, 4}, 123)), runtime(randomIndices({2, 2, 9}, 4, 124, DType::kInt32)),
+       runtime(floats({2, 2, 9}, 125))},
+      {{"axis", intAttr(-1)}, {"reduction", stringAttr("add")}}, "kiln.scatter_elements.reduce",
+      16));
+}
+
+TEST(CudaDataMove, ScatterNDReducesDuplicatesInOrder) {
+  // Rows of one index pick rows of 5 (duplicates among the 7); full indices pick elements.
+  const Tensor rowIndices = randomIndices({7, 1}, 4, 126);
+  const Tensor elementIndices = intsShaped({6, 2}, {1, 2, -3, 0, 1, 2, 0, -1, 1, 2, 3, 4});
+  for (const char* reduction : {"add", "mul", "max", "min"}) {
+    for (DType dtype : kScatterReduceTypes) {
+      SCOPED_TRACE(std::string(reduction) + " " + std::string(ir::dtypeName(dtype)));
+      expectCudaMatchesReference(exact("ScatterND",
+                                       {runtime(scatterData(dtype, {4, 5}, 127)),
+                                        runtime(rowIndices), runtime(dataOf(dtype, {7, 5}, 128))},
+                                       {{"reduction", stringAttr(reduction)}},
+                                       "kiln.scatter_nd.reduce"));
+      expectCudaMatchesReference(exact("ScatterND",
+                                       {runtime(scatterData(dtype, {4, 5}, 129)),
+                                        runtime(elementIndices), runtime(dataOf(dtype, {6}, 130))},
+                                       {{"reduction", stringAttr(reduction)}},
+                                       "kiln.scatter_nd.reduce"));
+    }
+  }
+  // Constant int32 indices, a rank-3 data with slices of [2, 3], opset 16.
+  expectCudaMatchesReference(
+      exact("ScatterND",
+            {runtime(floats({3, 2, 3}, 131)),
+             constant(intsShaped({4, 1}, {2, 0, 2, -1}).castTo(DType::kInt32)),
+             runtime(floats({4, 2, 3}, 132))},
+            {{"reduction", stringAttr("mul")}}, "kiln.scatter_nd.reduce", 16));
 }
 
 // --- Trilu -------------------------------------------------------------------------------------

@@ -39,8 +39,7 @@ TEST(CudaPlan, ReshapesAliasTheirInputUnlessTheKnobIsOff) {
   auto aliased = build(reshapeChain(), "-fusion.eltwise_chain=off");
   ASSERT_TRUE(aliased.isOk()) << aliased.status().toString();
   EXPECT_EQ(opsOf(aliased->plan), (std::vector<std::string>{"Exp", "Neg"}));
-  auto copied =
-      build(reshapeChain(), "-fusion.eltwise_chain=off -cuda.memory.alias_reshapes=off");
+  auto copied = build(reshapeChain(), "-fusion.eltwise_chain=off -cuda.memory.alias_reshapes=off");
   ASSERT_TRUE(copied.isOk()) << copied.status().toString();
   EXPECT_EQ(opsOf(copied->plan), (std::vector<std::string>{"Reshape", "Exp", "Reshape", "Neg"}));
 }
@@ -56,41 +55,43 @@ TEST(CudaPlan, NaiveMemoryPlanGivesEveryValueItsOwnRange) {
   EXPECT_EQ(reuse->plan.arenaBytes(), 2 * 1024);
 }
 
-// Einsum has a reference kernel and (so far) no GPU kernel: it runs on the host unless the
-// fallback is off. (When Einsum gets a GPU kernel, pick another such op here.)
-ir::Graph einsumGraph() {
+// LpPool has a reference kernel and (so far) no GPU kernel: it runs on the host unless the
+// fallback is off. (When LpPool gets a GPU kernel, pick another such op here.)
+const CudaAttributes kLpPoolAttributes = {
+    {"kernel_shape", ir::Attribute{std::vector<int64_t>{2, 2}}}, {"p", ir::Attribute{int64_t{2}}}};
+
+ir::Graph hostOnlyGraph() {
   GraphSketch g;
-  auto a = g.input("a", {3, 5});
-  auto b = g.input("b", {5, 2});
-  g.output(g.node("Einsum", {a, b}, {{"equation", ir::Attribute{std::string("ij,jk->ik")}}},
-                  "product"));
+  auto x = g.input("x", {1, 2, 3, 3});
+  g.output(g.node("LpPool", {x}, kLpPoolAttributes, "pool"));
   return g.take();
 }
 
 TEST(CudaPlan, AnOpWithNoGpuKernelRunsOnTheHostUnlessTheFallbackIsOff) {
-  auto fallback = build(einsumGraph(), "");
+  auto fallback = build(hostOnlyGraph(), "");
   ASSERT_TRUE(fallback.isOk()) << fallback.status().toString();
   ASSERT_EQ(fallback->plan.steps().size(), 1u);
   EXPECT_EQ(fallback->plan.steps()[0]->tactic, "host.reference");
-  auto strict = build(einsumGraph(), "-cuda.host_fallback=off");
+  auto strict = build(hostOnlyGraph(), "-cuda.host_fallback=off");
   ASSERT_FALSE(strict.isOk());
   EXPECT_EQ(strict.status().code(), StatusCode::kUnsupported);
-  EXPECT_NE(strict.status().message().find("no kernel for 'Einsum' (and cuda.host_fallback is off)"),
-            std::string::npos)
+  EXPECT_NE(
+      strict.status().message().find("no kernel for 'LpPool' (and cuda.host_fallback is off)"),
+      std::string::npos)
       << strict.status().message();
 }
 
 TEST(CudaPlan, HostFallbackRunsAndGivesUpCudaGraphs) {
-  auto built = build(einsumGraph(), "");
+  auto built = build(hostOnlyGraph(), "");
   ASSERT_TRUE(built.isOk()) << built.status().toString();
   if (!cuda::deviceAvailable()) GTEST_SKIP() << cuda::currentDevice().status().message();
-  const ir::Tensor a = uniformTensor({3, 5}, 1, -1, 1), b = uniformTensor({5, 2}, 2, -1, 1);
-  auto outputs = built->plan.run({a, b});
+  const ir::Tensor x = uniformTensor({1, 2, 3, 3}, 1, -1, 1);
+  auto outputs = built->plan.run({x});
   ASSERT_TRUE(outputs.isOk()) << outputs.status().toString();
-  auto expected = runSingleOp("Einsum", {{a, false}, {b, false}},
-                              {{"equation", ir::Attribute{std::string("ij,jk->ik")}}}, 18);
+  auto expected = runSingleOp("LpPool", {{x, false}}, kLpPoolAttributes, 18);
   ASSERT_TRUE(expected.isOk());
-  for (int64_t i = 0; i < 6; ++i) {
+  ASSERT_EQ((*expected)[0].elementCount(), 8);
+  for (int64_t i = 0; i < 8; ++i) {
     EXPECT_FLOAT_EQ((*outputs)[0].elementAsDouble(i), (*expected)[0].elementAsDouble(i));
   }
   EXPECT_FALSE(built->plan.usesGraph());

@@ -1,10 +1,14 @@
 // kiln's data-movement kernels (datamove.h). Simple and obviously correct first: one thread per
 // destination element in grid-stride loops, elements moved as raw 1/2/4/8-byte words, every
 // index guarded; the tiled transpose is the one kernel shaped for bandwidth.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
+#include <type_traits>
 
 #include "kiln/backends/cuda/kernels/datamove.h"
 
@@ -274,6 +278,131 @@ __global__ void scatterNdKernel(NdIndexing g, const Index* __restrict__ indices,
   }
 }
 
+// --- Scatter with a reduction ---------------------------------------------------------------
+
+// bool as stored: one byte, anything nonzero true.
+struct BoolByte {
+  uint8_t bits;
+};
+
+template <typename T>
+struct Tag {
+  using type = T;
+};
+
+// Calls fn(Tag<T>{}) with T the element type of `type`.
+template <typename Fn>
+cudaError_t byElementType(ElementType type, Fn&& fn) {
+  switch (type) {
+    case ElementType::kFloat32:
+      return fn(Tag<float>{});
+    case ElementType::kFloat16:
+      return fn(Tag<__half>{});
+    case ElementType::kBFloat16:
+      return fn(Tag<__nv_bfloat16>{});
+    case ElementType::kFloat64:
+      return fn(Tag<double>{});
+    case ElementType::kInt64:
+      return fn(Tag<int64_t>{});
+    case ElementType::kInt32:
+      return fn(Tag<int32_t>{});
+    case ElementType::kInt16:
+      return fn(Tag<int16_t>{});
+    case ElementType::kInt8:
+      return fn(Tag<int8_t>{});
+    case ElementType::kUInt64:
+      return fn(Tag<uint64_t>{});
+    case ElementType::kUInt32:
+      return fn(Tag<uint32_t>{});
+    case ElementType::kUInt16:
+      return fn(Tag<uint16_t>{});
+    case ElementType::kUInt8:
+      return fn(Tag<uint8_t>{});
+    case ElementType::kBool:
+      return fn(Tag<BoolByte>{});
+  }
+  return cudaErrorInvalidValue;
+}
+
+// The reference's combine (indexing_scatter.cc): `update` reduced into `current`.
+template <typename T>
+__device__ __forceinline__ T combine(ScatterReduction reduction, T current, T update) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __float2half_rn(combine(reduction, __half2float(current), __half2float(update)));
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __float2bfloat16_rn(
+        combine(reduction, __bfloat162float(current), __bfloat162float(update)));
+  } else if constexpr (std::is_same_v<T, BoolByte>) {
+    const bool a = current.bits != 0;
+    const bool b = update.bits != 0;
+    const bool additive =
+        reduction == ScatterReduction::kAdd || reduction == ScatterReduction::kMax;
+    return BoolByte{static_cast<uint8_t>(additive ? (a || b) : (a && b))};
+  } else if constexpr (std::is_integral_v<T>) {
+    const auto a = static_cast<uint64_t>(current);
+    const auto b = static_cast<uint64_t>(update);
+    switch (reduction) {
+      case ScatterReduction::kAdd:
+        return static_cast<T>(a + b);
+      case ScatterReduction::kMul:
+        return static_cast<T>(a * b);
+      case ScatterReduction::kMax:
+        return current < update ? update : current;
+      case ScatterReduction::kMin:
+        return update < current ? update : current;
+    }
+    return update;
+  } else {
+    switch (reduction) {
+      case ScatterReduction::kAdd:
+        return current + update;
+      case ScatterReduction::kMul:
+        return current * update;
+      case ScatterReduction::kMax:
+      case ScatterReduction::kMin:
+        if (isnan(current) || isnan(update)) return std::numeric_limits<T>::quiet_NaN();
+        if (reduction == ScatterReduction::kMax) return current < update ? update : current;
+        return update < current ? update : current;
+    }
+    return update;
+  }
+}
+
+// A thread per position of indices off the axis (`columns` of them, `inner` after the axis),
+// walking the axis in order.
+template <typename T, typename Index>
+__global__ void scatterElementsReduceKernel(ElementIndexing g, ScatterReduction reduction,
+                                            const Index* __restrict__ indices,
+                                            const T* __restrict__ updates, T* __restrict__ out,
+                                            int64_t columns, int64_t inner) {
+  const int64_t along = g.indexDims[g.axis];
+  for (int64_t q = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; q < columns;
+       q += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t o = q / inner;
+    const int64_t t = q - o * inner;
+    for (int64_t j = 0; j < along; ++j) {
+      const int64_t e = (o * along + j) * inner + t;
+      const int64_t target = elementTarget(g, indices, e);
+      if (target >= 0) out[target] = combine(reduction, out[target], updates[e]);
+    }
+  }
+}
+
+// A thread per slice element, walking the rows in order.
+template <typename T, typename Index>
+__global__ void scatterNdReduceKernel(NdIndexing g, ScatterReduction reduction,
+                                      const Index* __restrict__ indices,
+                                      const T* __restrict__ updates, T* __restrict__ out) {
+  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < g.sliceSize;
+       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    for (int64_t row = 0; row < g.rows; ++row) {
+      const int64_t start = sliceStart(g, indices, row);
+      if (start < 0) continue;
+      out[start + t] = combine(reduction, out[start + t], updates[row * g.sliceSize + t]);
+    }
+  }
+}
+
 template <typename U>
 __global__ void triluKernel(const U* __restrict__ x, U* __restrict__ y, int64_t total, int64_t rows,
                             int64_t cols, bool upper, int64_t k,
@@ -501,6 +630,49 @@ cudaError_t launchScatterND(const NdIndexing& indexing, const void* indices, boo
       scatterNdKernel<U, Index><<<blocksFor(total), kThreads, 0, stream>>>(
           indexing, static_cast<const Index*>(indices), static_cast<const U*>(updates),
           static_cast<U*>(out), total);
+      return cudaGetLastError();
+    });
+  });
+}
+
+cudaError_t launchScatterElementsReduce(const ElementIndexing& indexing, ScatterReduction reduction,
+                                        ElementType type, const void* indices, bool indices64,
+                                        const void* updates, void* out, cudaStream_t stream) {
+  if (!validRank(indexing.rank) || indexing.axis < 0 || indexing.axis >= indexing.rank) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t total = productOf(indexing.indexDims, indexing.rank);
+  if (total <= 0) return cudaSuccess;
+  const int64_t along = indexing.indexDims[indexing.axis];
+  const int64_t columns = total / along;
+  const int64_t inner =
+      productOf(indexing.indexDims + indexing.axis + 1, indexing.rank - indexing.axis - 1);
+  return byElementType(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return byIndexType(indices64, [&](auto indexTag) {
+      using Index = decltype(indexTag);
+      scatterElementsReduceKernel<T, Index><<<blocksFor(columns), kThreads, 0, stream>>>(
+          indexing, reduction, static_cast<const Index*>(indices), static_cast<const T*>(updates),
+          static_cast<T*>(out), columns, inner);
+      return cudaGetLastError();
+    });
+  });
+}
+
+cudaError_t launchScatterNDReduce(const NdIndexing& indexing, ScatterReduction reduction,
+                                  ElementType type, const void* indices, bool indices64,
+                                  const void* updates, void* out, cudaStream_t stream) {
+  if (indexing.rows * indexing.sliceSize <= 0) return cudaSuccess;
+  if (indexing.k < 1 || indexing.k > kMaxMoveRank || indexing.rowsPerBatch <= 0) {
+    return cudaErrorInvalidValue;
+  }
+  return byElementType(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return byIndexType(indices64, [&](auto indexTag) {
+      using Index = decltype(indexTag);
+      scatterNdReduceKernel<T, Index><<<blocksFor(indexing.sliceSize), kThreads, 0, stream>>>(
+          indexing, reduction, static_cast<const Index*>(indices), static_cast<const T*>(updates),
+          static_cast<T*>(out));
       return cudaGetLastError();
     });
   });

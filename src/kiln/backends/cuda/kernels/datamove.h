@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "kiln/backends/cuda/kernels/eltwise.h"  // ElementType
+
 namespace kiln::cuda {
 
 // The most axes a data-movement kernel takes by value (after merging, see the steps).
@@ -133,6 +135,21 @@ cudaError_t launchGatherND(const NdIndexing& indexing, const void* data, const v
 // out-of-range index are skipped; duplicates: the winner is unspecified.
 cudaError_t launchScatterND(const NdIndexing& indexing, const void* indices, bool indices64,
                             const void* updates, void* out, int elementSize, cudaStream_t stream);
+
+// ScatterElements and ScatterND with a reduction, as the reference applies it: each update
+// combines into its target in index order (duplicates included), floating add and mul in the
+// element type (float16 and bfloat16 through float, rounded at each update), integers wrapping,
+// bool adding as 'or' and multiplying as 'and', NaN winning max and min. Updates that may share a
+// target are applied in order by one thread: for ScatterElements a thread per position of
+// indices off the axis (it walks the axis), for ScatterND a thread per slice element (it walks
+// the rows). `out` already holds data; out-of-range indices are skipped.
+enum class ScatterReduction : int { kAdd, kMul, kMax, kMin };
+cudaError_t launchScatterElementsReduce(const ElementIndexing& indexing, ScatterReduction reduction,
+                                        ElementType type, const void* indices, bool indices64,
+                                        const void* updates, void* out, cudaStream_t stream);
+cudaError_t launchScatterNDReduce(const NdIndexing& indexing, ScatterReduction reduction,
+                                  ElementType type, const void* indices, bool indices64,
+                                  const void* updates, void* out, cudaStream_t stream);
 
 // Trilu over `count` elements whose last two axes are rows x cols: keeps element (r, c) where
 // c - r >= k (upper) or c - r <= k (lower), else zero bytes. k is *kDevice when kDevice is not

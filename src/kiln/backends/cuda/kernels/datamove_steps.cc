@@ -296,8 +296,8 @@ std::unique_ptr<Step> makeViewStep(const ir::Node& node, const View& view, bool 
     int64_t widen = 1;
     while (simple.strides.back() == 1 && size * widen * 2 <= 8) {
       const int64_t next = widen * 2;
-      bool fits = simple.dims.back() % next == 0 && simple.offset % next == 0 &&
-                  elements % next == 0;
+      bool fits =
+          simple.dims.back() % next == 0 && simple.offset % next == 0 && elements % next == 0;
       for (size_t a = 0; a + 1 < simple.dims.size(); ++a) fits &= simple.strides[a] % next == 0;
       if (!fits) break;
       widen = next;
@@ -1209,10 +1209,9 @@ class ElementIndexingStep final : public Step {
                                       cudaMemcpyDeviceToDevice, context.stream));
     }
     if (reduction_) {
-      KILN_CUDA_CHECK(launchScatterElementsReduce(indexing_, *reduction_, type_,
-                                                  context.address(*inputs[1]), indices64_,
-                                                  context.address(*inputs[2]), out,
-                                                  context.stream));
+      KILN_CUDA_CHECK(launchScatterElementsReduce(
+          indexing_, *reduction_, type_, context.address(*inputs[1]), indices64_,
+          context.address(*inputs[2]), out, context.stream));
     } else {
       KILN_CUDA_CHECK(launchScatterElements(indexing_, context.address(*inputs[1]), indices64_,
                                             context.address(*inputs[2]), out, elementSize_,
@@ -1268,7 +1267,7 @@ std::unique_ptr<Step> makeElementIndexing(const ir::Node& node, bool scatter) {
   if (!constantIndicesInRange(indices, indexing.axisSize)) return nullptr;
   auto step = std::make_unique<ElementIndexingStep>(
       indexing, scatter, indices->dtype == DType::kInt64, data->dtype, reduction);
-  step->tactic = !scatter   ? "kiln.gather_elements"
+  step->tactic = !scatter    ? "kiln.gather_elements"
                  : reduction ? "kiln.scatter_elements.reduce"
                              : "kiln.scatter_elements";
   return step;
@@ -1381,7 +1380,7 @@ std::unique_ptr<Step> makeNdIndexing(const ir::Node& node, bool scatter) {
   if (!constantNdIndicesInRange(indices, dataDims, static_cast<size_t>(b), k)) return nullptr;
   auto step = std::make_unique<NdIndexingStep>(indexing, scatter, indices->dtype == DType::kInt64,
                                                data->dtype, reduction);
-  step->tactic = !scatter   ? "kiln.gather_nd"
+  step->tactic = !scatter    ? "kiln.gather_nd"
                  : reduction ? "kiln.scatter_nd.reduce"
                              : "kiln.scatter_nd";
   return step;

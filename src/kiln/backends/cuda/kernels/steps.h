@@ -18,6 +18,7 @@ enum FactoryRank : int {
   kRankReduce = 450,     // the Reduce* family, ArgMax, ArgMin
   kRankEltwise = 500,    // unary, binary, Where, Cast, kiln.FusedElementwise
   kRankDataMove = 600,   // Transpose, Concat, Split, Slice, Gather, Pad, Expand, Resize, copies
+  kRankMisc = 650,       // CumSum, Einsum, OneHot, TopK, EyeLike, Dropout's mask, Range, fills
 };
 
 // The reference kernel run on the host: inputs copied to the host, the node evaluated, outputs
