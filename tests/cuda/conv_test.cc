@@ -31,7 +31,8 @@ OpInput constantWeights(Shape shape, unsigned seed) {
 // The tactic of the step for `c`'s node once the plan is prepared on the device ("" without one).
 std::string preparedTactic(const CudaOpCase& c) {
   BuilderConfig config;
-  EXPECT_TRUE(config.setBuildRoute("-cuda.host_fallback=off " + c.route).isOk());
+  // As expectCudaMatchesReference builds it: NCHW, so the case's op stays as written.
+  EXPECT_TRUE(config.setBuildRoute("-cuda.host_fallback=off -cuda.layout=nchw " + c.route).isOk());
   auto build = buildCuda(
       makeSingleOpGraph(c.opType, c.inputs, c.attributes, c.opset, c.outputCount, c.domain),
       config);
