@@ -27,6 +27,10 @@ for suite in node pytorch-converted pytorch-operator simple; do
   cp -r "/usr/share/libonnx-testdata/data/$suite" "$stage/testdata/"
 done
 cp "$root/tests/conformance/expected_failures.txt" "$stage/"
+# The commit the binaries were built from (+dirty with uncommitted changes), for reports.
+commit="$(git -C "$root" rev-parse --short=12 HEAD)"
+git -C "$root" diff --quiet HEAD -- src tests CMakeLists.txt || commit="$commit+dirty"
+echo "$commit" > "$stage/COMMIT"
 tar -C "$stage" -cf - . | xz -T0 -6 > "$out/kiln-device.tar.xz.tmp"
 mv "$out/kiln-device.tar.xz.tmp" "$out/kiln-device.tar.xz"
 rm -rf "$stage"

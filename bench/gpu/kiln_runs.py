@@ -87,7 +87,14 @@ def kiln_environment(kiln: str, env: dict) -> dict:
     except Exception as error:  # noqa: BLE001 - informative only
         result["kiln_version"] = wl.describe_error(error)
     here = Path(__file__).resolve().parent
+    # A packed kiln (scripts/device-pack.sh) names the commit it was built from in COMMIT beside
+    # its bin/; the checkout the script sits in may be another (the device tool's copy of it).
+    packed = Path(kiln).resolve().parent.parent / "COMMIT"
+    if packed.is_file():
+        result["commit"] = packed.read_text().strip()
     try:
+        if "commit" in result:
+            raise LookupError("the packed kiln named its commit")
         commit = subprocess.run(["git", "-C", str(here), "rev-parse", "--short=12", "HEAD"],
                                 capture_output=True, text=True, timeout=30)
         if commit.returncode == 0:
