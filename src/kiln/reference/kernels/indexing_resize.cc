@@ -7,45 +7,17 @@
 #include <type_traits>
 
 #include "kiln/reference/kernels/indexing.h"
+#include "kiln/reference/kernels/resize.h"
 
 namespace kiln::reference {
 
 namespace {
 
-enum class Interpolation { kNearest, kLinear, kCubic };
-
-enum class Transform {
-  kHalfPixel,
-  kHalfPixelSymmetric,
-  kPytorchHalfPixel,
-  kAlignCorners,
-  kAsymmetric,
-  kTfHalfPixelForNn,
-  kTfCropAndResize,
-};
-
-// kLegacy is Upsample's and opset-10 Resize's rule: floor when enlarging, ceil when shrinking.
-enum class Rounding { kRoundPreferFloor, kRoundPreferCeil, kFloor, kCeil, kLegacy };
-
-struct ResizeSettings {
-  Interpolation mode = Interpolation::kNearest;
-  Transform transform = Transform::kAsymmetric;
-  Rounding rounding = Rounding::kLegacy;
-  double cubicA = -0.75;
-  bool excludeOutside = false;
-  bool antialias = false;
-  float extrapolationValue = 0.0f;
-  std::vector<double> scales;            // per axis of X
-  std::vector<double> roiStart, roiEnd;  // per axis of X, tf_crop_and_resize only
-};
-
-// The input elements (clamped to the input) and weights that make one output coordinate along
-// one axis; `outside` means the coordinate left the input under tf_crop_and_resize.
-struct AxisSample {
-  bool outside = false;
-  std::vector<int64_t> index;
-  std::vector<double> weight;
-};
+using resize::AxisSample;
+using resize::Interpolation;
+using resize::ResizeSettings;
+using resize::Rounding;
+using resize::Transform;
 
 template <typename Enum>
 Result<Enum> lookup(const KernelContext& ctx, const std::string& attr, const std::string& value,
@@ -141,6 +113,11 @@ Status readModernGeometry(KernelContext& ctx, ResizeSettings& settings) {
   return Status::ok();
 }
 
+}  // namespace
+
+namespace resize {
+namespace {
+
 // Where output coordinate `x` of an axis lies in the input, in input element units.
 double originalCoordinate(const ResizeSettings& settings, size_t axis, int64_t x, int64_t inSize,
                           int64_t outSize) {
@@ -234,6 +211,8 @@ int64_t nearestIndex(Rounding rounding, double x, double scale) {
   return static_cast<int64_t>(left) + (right ? 1 : 0);
 }
 
+}  // namespace
+
 AxisSample sampleAxis(const ResizeSettings& settings, size_t axis, int64_t x, int64_t inSize,
                       int64_t outSize) {
   AxisSample sample;
@@ -269,6 +248,12 @@ AxisSample sampleAxis(const ResizeSettings& settings, size_t axis, int64_t x, in
   }
   return sample;
 }
+
+}  // namespace resize
+
+namespace {
+
+using resize::sampleAxis;
 
 // Converts an interpolated value to the output type: integers round to nearest and saturate,
 // since truncation would bias every interpolated element downward.

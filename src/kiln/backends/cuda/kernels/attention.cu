@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "kiln/backends/cuda/kernels/attention.h"
+#include "kiln/backends/cuda/kernels/device_types.cuh"
 
 namespace kiln::cuda {
 namespace {
@@ -26,24 +27,8 @@ constexpr int kBlockRowThreads = 512;
 constexpr int64_t kWarpRowLimit = 1024;           // 32 scores a lane
 constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // the row loops cover the rest
 
-__device__ __forceinline__ float toFloat(float v) { return v; }
-__device__ __forceinline__ float toFloat(__half v) { return __half2float(v); }
-__device__ __forceinline__ float toFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T>
-__device__ __forceinline__ T fromFloat(float v);
-template <>
-__device__ __forceinline__ float fromFloat<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __half fromFloat<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 fromFloat<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
+using device::fromFloat;
+using device::toFloat;
 
 struct SumOp {
   __device__ static float identity() { return 0.0f; }

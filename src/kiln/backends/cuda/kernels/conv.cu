@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "kiln/backends/cuda/kernels/conv.h"
+#include "kiln/backends/cuda/kernels/device_types.cuh"
 
 namespace kiln::cuda {
 namespace {
@@ -21,36 +22,9 @@ int64_t blocksFor(int64_t count) {
   return std::min<int64_t>((count + kThreads - 1) / kThreads, kMaxBlocks);
 }
 
-__device__ __forceinline__ float load(float value) { return value; }
-__device__ __forceinline__ float load(__half value) { return __half2float(value); }
-__device__ __forceinline__ float load(__nv_bfloat16 value) { return __bfloat162float(value); }
-
-__device__ __forceinline__ void store(float* at, float value) { *at = value; }
-__device__ __forceinline__ void store(__half* at, float value) { *at = __float2half_rn(value); }
-__device__ __forceinline__ void store(__nv_bfloat16* at, float value) {
-  *at = __float2bfloat16_rn(value);
-}
-
-template <typename T>
-struct Tag {
-  using type = T;
-};
-
-// Calls fn(Tag<T>{}) with the element type T of `type`; cudaErrorInvalidValue for a type the
-// kernels do not take.
-template <typename Fn>
-cudaError_t dispatch(ElementType type, Fn fn) {
-  switch (type) {
-    case ElementType::kFloat32:
-      return fn(Tag<float>{});
-    case ElementType::kFloat16:
-      return fn(Tag<__half>{});
-    case ElementType::kBFloat16:
-      return fn(Tag<__nv_bfloat16>{});
-    default:
-      return cudaErrorInvalidValue;
-  }
-}
+using device::load;
+using device::store;
+using device::Tag;
 
 // std::min and std::max as the reference evaluates them (so a NaN argument picks the same side).
 __device__ __forceinline__ float referenceMin(float a, float b) { return b < a ? b : a; }
@@ -242,7 +216,7 @@ cudaError_t launchDirectConv(const ConvGeometry& geometry, ElementType type, con
   const int64_t total =
       geometry.batch * geometry.outChannels * geometry.out[0] * geometry.out[1] * geometry.out[2];
   if (total <= 0) return cudaSuccess;
-  return dispatch(type, [&](auto tag) {
+  return device::byFloatType(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     directConvKernel<T><<<static_cast<unsigned>(blocksFor(total)), kThreads, 0, stream>>>(
         geometry, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
@@ -263,7 +237,7 @@ cudaError_t launchConvTranspose(const ConvGeometry& geometry, ElementType type, 
   for (int axis = 0; axis < 3; ++axis) {
     if (geometry.stride[axis] <= 0 || geometry.dilation[axis] <= 0) return cudaErrorInvalidValue;
   }
-  return dispatch(type, [&](auto tag) {
+  return device::byFloatType(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     convTransposeKernel<T><<<static_cast<unsigned>(blocksFor(total)), kThreads, 0, stream>>>(
         geometry, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
@@ -277,7 +251,7 @@ cudaError_t launchConvEpilogue(ElementType type, void* y, const void* bias, cons
                                ConvEpilogue epilogue, cudaStream_t stream) {
   if (count <= 0) return cudaSuccess;
   if (bias && (channels <= 0 || inner <= 0)) return cudaErrorInvalidValue;
-  return dispatch(type, [&](auto tag) {
+  return device::byFloatType(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     convEpilogueKernel<T><<<static_cast<unsigned>(blocksFor(count)), kThreads, 0, stream>>>(
         static_cast<T*>(y), static_cast<const T*>(bias), static_cast<const T*>(residual), count,

@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "kiln/backends/cuda/kernels/conv.h"
+#include "kiln/backends/cuda/kernels/element_type.h"
 #include "kiln/backends/cuda/kernels/steps.h"
 #include "kiln/backends/cuda/precision.h"
 #include "kiln/ir/op_schema.h"
@@ -180,20 +181,6 @@ std::optional<ConvEpilogue> readEpilogue(const ir::Node& node) {
 
 std::vector<int64_t> tail(const std::vector<int64_t>& values, size_t from) {
   return std::vector<int64_t>(values.begin() + static_cast<std::ptrdiff_t>(from), values.end());
-}
-
-// The kernels' element type for `dtype`: float32, float16 or bfloat16.
-std::optional<ElementType> floatTypeOf(ir::DType dtype) {
-  switch (dtype) {
-    case ir::DType::kFloat32:
-      return ElementType::kFloat32;
-    case ir::DType::kFloat16:
-      return ElementType::kFloat16;
-    case ir::DType::kBFloat16:
-      return ElementType::kBFloat16;
-    default:
-      return std::nullopt;
-  }
 }
 
 // Conv (X, W, B?), FusedConv (X, W, B?, residual?) and NhwcConv (the same, channels-last) in

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "kiln/backends/cuda/kernels/datamove.h"
+#include "kiln/backends/cuda/kernels/device_types.cuh"
 
 namespace kiln::cuda {
 namespace {
@@ -28,22 +29,7 @@ unsigned blocksFor(int64_t count) {
   return static_cast<unsigned>(std::min<int64_t>((count + kThreads - 1) / kThreads, kMaxBlocks));
 }
 
-// Calls fn(U{}) with U the unsigned word of `elementSize` bytes; other sizes are invalid.
-template <typename Fn>
-cudaError_t bySize(int elementSize, Fn&& fn) {
-  switch (elementSize) {
-    case 1:
-      return fn(uint8_t{});
-    case 2:
-      return fn(uint16_t{});
-    case 4:
-      return fn(uint32_t{});
-    case 8:
-      return fn(uint64_t{});
-    default:
-      return cudaErrorInvalidValue;
-  }
-}
+using device::bySize;
 
 // Calls fn(Index{}) with the index type the indices tensor holds.
 template <typename Fn>
@@ -280,49 +266,9 @@ __global__ void scatterNdKernel(NdIndexing g, const Index* __restrict__ indices,
 
 // --- Scatter with a reduction ---------------------------------------------------------------
 
-// bool as stored: one byte, anything nonzero true.
-struct BoolByte {
-  uint8_t bits;
-};
-
-template <typename T>
-struct Tag {
-  using type = T;
-};
-
-// Calls fn(Tag<T>{}) with T the element type of `type`.
-template <typename Fn>
-cudaError_t byElementType(ElementType type, Fn&& fn) {
-  switch (type) {
-    case ElementType::kFloat32:
-      return fn(Tag<float>{});
-    case ElementType::kFloat16:
-      return fn(Tag<__half>{});
-    case ElementType::kBFloat16:
-      return fn(Tag<__nv_bfloat16>{});
-    case ElementType::kFloat64:
-      return fn(Tag<double>{});
-    case ElementType::kInt64:
-      return fn(Tag<int64_t>{});
-    case ElementType::kInt32:
-      return fn(Tag<int32_t>{});
-    case ElementType::kInt16:
-      return fn(Tag<int16_t>{});
-    case ElementType::kInt8:
-      return fn(Tag<int8_t>{});
-    case ElementType::kUInt64:
-      return fn(Tag<uint64_t>{});
-    case ElementType::kUInt32:
-      return fn(Tag<uint32_t>{});
-    case ElementType::kUInt16:
-      return fn(Tag<uint16_t>{});
-    case ElementType::kUInt8:
-      return fn(Tag<uint8_t>{});
-    case ElementType::kBool:
-      return fn(Tag<BoolByte>{});
-  }
-  return cudaErrorInvalidValue;
-}
+using device::BoolByte;
+using device::byElementType;
+using device::Tag;
 
 // The reference's combine (indexing_scatter.cc): `update` reduced into `current`.
 template <typename T>

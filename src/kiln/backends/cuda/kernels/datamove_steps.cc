@@ -13,7 +13,9 @@
 #include <set>
 
 #include "kiln/backends/cuda/kernels/datamove.h"
+#include "kiln/backends/cuda/kernels/element_type.h"
 #include "kiln/backends/cuda/kernels/steps.h"
+#include "kiln/reference/kernels/resize.h"
 
 namespace kiln::cuda {
 
@@ -36,12 +38,6 @@ constexpr int64_t kMinTileExtent = 8;
 
 int elementSizeOf(DType dtype) { return static_cast<int>(ir::dtypeSize(dtype)); }
 
-int64_t product(const std::vector<int64_t>& dims, size_t begin, size_t end) {
-  int64_t result = 1;
-  for (size_t i = begin; i < end && i < dims.size(); ++i) result *= dims[i];
-  return result;
-}
-
 // A constant int32/int64 input as int64 values; nullopt where it is absent or not constant.
 std::optional<std::vector<int64_t>> constantInts(const ir::Node& node, size_t input) {
   const ir::Value* value = node.input(input);
@@ -51,39 +47,6 @@ std::optional<std::vector<int64_t>> constantInts(const ir::Node& node, size_t in
 }
 
 bool isIndexType(DType dtype) { return dtype == DType::kInt64 || dtype == DType::kInt32; }
-
-// The typed kernels' element type (scatter reductions compute, where everything else moves bytes).
-ElementType elementTypeOf(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return ElementType::kFloat32;
-    case DType::kFloat16:
-      return ElementType::kFloat16;
-    case DType::kBFloat16:
-      return ElementType::kBFloat16;
-    case DType::kFloat64:
-      return ElementType::kFloat64;
-    case DType::kInt64:
-      return ElementType::kInt64;
-    case DType::kInt32:
-      return ElementType::kInt32;
-    case DType::kInt16:
-      return ElementType::kInt16;
-    case DType::kInt8:
-      return ElementType::kInt8;
-    case DType::kUInt64:
-      return ElementType::kUInt64;
-    case DType::kUInt32:
-      return ElementType::kUInt32;
-    case DType::kUInt16:
-      return ElementType::kUInt16;
-    case DType::kUInt8:
-      return ElementType::kUInt8;
-    case DType::kBool:
-      return ElementType::kBool;
-  }
-  return ElementType::kFloat32;
-}
 
 // A scatter node's reduction attribute: nullopt for 'none' (or the old Scatter, which has none),
 // the reduction otherwise; false where the attribute is unreadable or unknown.
@@ -702,38 +665,12 @@ std::unique_ptr<Step> makeTile(const ir::Node& node) {
 // The host works out, per output axis and coordinate, which input elements contribute and with
 // what weights, exactly as the reference kernel (indexing_resize.cc) does; the kernels apply it.
 
-enum class Interpolation { kNearest, kLinear, kCubic };
-enum class Transform {
-  kHalfPixel,
-  kHalfPixelSymmetric,
-  kPytorchHalfPixel,
-  kAlignCorners,
-  kAsymmetric,
-  kTfHalfPixelForNn,
-  kTfCropAndResize,
-};
-// kLegacy is Upsample's and opset-10 Resize's rule: floor when enlarging, ceil when shrinking.
-enum class Rounding { kRoundPreferFloor, kRoundPreferCeil, kFloor, kCeil, kLegacy };
-
-struct ResizeSettings {
-  Interpolation mode = Interpolation::kNearest;
-  Transform transform = Transform::kAsymmetric;
-  Rounding rounding = Rounding::kLegacy;
-  double cubicA = -0.75;
-  bool excludeOutside = false;
-  bool antialias = false;
-  float extrapolation = 0.0f;
-  std::vector<double> scales;            // per axis of X
-  std::vector<double> roiStart, roiEnd;  // per axis of X, tf_crop_and_resize only
-};
-
-// One output coordinate along one axis: the input elements (clamped into the axis) and their
-// weights, or `outside` the crop (tf_crop_and_resize).
-struct AxisSample {
-  bool outside = false;
-  std::vector<int64_t> index;
-  std::vector<double> weight;
-};
+using reference::resize::AxisSample;
+using reference::resize::Interpolation;
+using reference::resize::ResizeSettings;
+using reference::resize::Rounding;
+using reference::resize::sampleAxis;
+using reference::resize::Transform;
 
 std::optional<Interpolation> interpolationOf(const std::string& mode) {
   if (mode == "nearest") return Interpolation::kNearest;
@@ -821,7 +758,7 @@ std::optional<ResizeSettings> modernResizeSettings(const ir::Node& node) {
   settings.rounding = *roundingKind;
   settings.cubicA = *cubicA;
   settings.excludeOutside = *exclude != 0;
-  settings.extrapolation = *extrapolation;
+  settings.extrapolationValue = *extrapolation;
   settings.antialias = node.opsetVersion >= 18 && *antialias != 0;
 
   const ir::Shape& in = node.inputs[0]->shape;
@@ -880,135 +817,6 @@ std::optional<ResizeSettings> modernResizeSettings(const ir::Node& node) {
   }
   for (int64_t axis : axes) settings.scales[axis] = scale;
   return settings;
-}
-
-// Where output coordinate `x` of an axis lies in the input, in input element units.
-double originalCoordinate(const ResizeSettings& settings, size_t axis, int64_t x, int64_t inSize,
-                          int64_t outSize) {
-  const double scale = settings.scales[axis];
-  // Measured in fractional output elements, not the rounded size, as the reference does.
-  const double outWidth = scale * static_cast<double>(inSize);
-  const double xd = static_cast<double>(x);
-  switch (settings.transform) {
-    case Transform::kHalfPixel:
-      return (xd + 0.5) / scale - 0.5;
-    case Transform::kHalfPixelSymmetric: {
-      const double adjustment = static_cast<double>(outSize) / outWidth;
-      const double offset = static_cast<double>(inSize) / 2 * (1 - adjustment);
-      return offset + (xd + 0.5) / scale - 0.5;
-    }
-    case Transform::kPytorchHalfPixel:
-      return outWidth == 1 ? -0.5 : (xd + 0.5) / scale - 0.5;
-    case Transform::kAlignCorners:
-      return outWidth == 1 ? 0.0 : xd * static_cast<double>(inSize - 1) / (outWidth - 1);
-    case Transform::kAsymmetric:
-      return xd / scale;
-    case Transform::kTfHalfPixelForNn:
-      return (xd + 0.5) / scale;
-    case Transform::kTfCropAndResize: {
-      const double start = settings.roiStart[axis], end = settings.roiEnd[axis];
-      const double span = (end - start) * static_cast<double>(inSize - 1);
-      const double offset = start * static_cast<double>(inSize - 1);
-      return offset + (outWidth == 1 ? span / 2 : xd * span / (outWidth - 1));
-    }
-  }
-  return xd / scale;
-}
-
-double cubicWeight(double distance, double a) {
-  const double x = std::fabs(distance);
-  if (x <= 1) return ((a + 2) * x - (a + 3)) * x * x + 1;
-  if (x < 2) return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a;
-  return 0.0;
-}
-
-// The weights of the neighbours from the one before the point on, where `ratio` in (0, 1] is the
-// point's distance past its left neighbour; antialiasing widens the filter by 1/scale when
-// shrinking.
-std::vector<double> interpolationWeights(const ResizeSettings& settings, double ratio,
-                                         double scale) {
-  std::vector<double> weights;
-  if (!settings.antialias) {
-    if (settings.mode == Interpolation::kLinear) return {1 - ratio, ratio};
-    for (int offset = -1; offset <= 2; ++offset) {
-      weights.push_back(cubicWeight(offset - ratio, settings.cubicA));
-    }
-    return weights;
-  }
-  const double s = std::min(scale, 1.0);
-  const bool linear = settings.mode == Interpolation::kLinear;
-  const int64_t start = static_cast<int64_t>(std::floor((linear ? -1 : -2) / s) + 1);
-  double sum = 0;
-  for (int64_t offset = start; offset < 2 - start; ++offset) {
-    const double arg = (static_cast<double>(offset) - ratio) * s;
-    const double w =
-        linear ? std::clamp(1 - std::fabs(arg), 0.0, 1.0) : cubicWeight(arg, settings.cubicA);
-    weights.push_back(w);
-    sum += w;
-  }
-  for (double& w : weights) w /= sum;
-  return weights;
-}
-
-int64_t nearestIndex(Rounding rounding, double x, double scale) {
-  const double left = std::floor(x);
-  if (rounding == Rounding::kLegacy) return static_cast<int64_t>(scale < 1 ? std::ceil(x) : left);
-  if (x == left) return static_cast<int64_t>(x);
-  const double ratio = x - left;
-  bool right = false;
-  switch (rounding) {
-    case Rounding::kRoundPreferFloor:
-      right = ratio > 0.5;
-      break;
-    case Rounding::kRoundPreferCeil:
-      right = ratio >= 0.5;
-      break;
-    case Rounding::kFloor:
-      right = false;
-      break;
-    case Rounding::kCeil:
-      right = true;
-      break;
-    case Rounding::kLegacy:
-      break;
-  }
-  return static_cast<int64_t>(left) + (right ? 1 : 0);
-}
-
-AxisSample sampleAxis(const ResizeSettings& settings, size_t axis, int64_t x, int64_t inSize,
-                      int64_t outSize) {
-  AxisSample sample;
-  const double original = originalCoordinate(settings, axis, x, inSize, outSize);
-  if (settings.transform == Transform::kTfCropAndResize &&
-      (original < 0 || original > static_cast<double>(inSize - 1))) {
-    sample.outside = true;
-    return sample;
-  }
-  auto clampIndex = [&](int64_t i) { return std::clamp<int64_t>(i, 0, inSize - 1); };
-  const double scale = settings.scales[axis];
-  if (settings.mode == Interpolation::kNearest) {
-    sample.index = {clampIndex(nearestIndex(settings.rounding, original, scale))};
-    sample.weight = {1.0};
-    return sample;
-  }
-  // The left neighbour is strictly below the point, so ratio lies in (0, 1]; the neighbours are
-  // centred on the point.
-  const double ceiling = std::ceil(original);
-  const double ratio = original - (ceiling - 1);
-  sample.weight = interpolationWeights(settings, ratio, scale);
-  const int64_t count = static_cast<int64_t>(sample.weight.size());
-  const int64_t first = static_cast<int64_t>(ceiling) - count / 2;
-  double sum = 0;
-  for (int64_t k = 0; k < count; ++k) {
-    const int64_t index = first + k;
-    if (settings.excludeOutside && (index < 0 || index >= inSize)) sample.weight[k] = 0;
-    sum += sample.weight[k];
-    sample.index.push_back(clampIndex(index));
-  }
-  if (settings.excludeOutside) {
-    for (double& w : sample.weight) w /= sum;
-  }
-  return sample;
 }
 
 // An axis whose every sample reads one element with weight exactly 1 (the others exactly 0),
@@ -1088,12 +896,13 @@ std::unique_ptr<Step> makeResize(const ir::Node& node) {
         tables[a].push_back(sample.outside ? -1 : sample.index[0] * strides[a]);
       }
     }
-    const ir::Tensor fill = ir::Tensor::scalar<float>(settings->extrapolation).castTo(x->dtype);
+    const ir::Tensor fill =
+        ir::Tensor::scalar<float>(settings->extrapolationValue).castTo(x->dtype);
     return makeAxisTableStep(tables, y, bytesOf(fill), -1, "kiln.resize.nearest");
   }
   ResizeTables tables;
   tables.rank = static_cast<int>(rank);
-  tables.extrapolation = settings->extrapolation;
+  tables.extrapolation = settings->extrapolationValue;
   std::vector<int64_t> offsets;
   std::vector<float> weights;
   for (size_t a = 0; a < rank; ++a) {
@@ -1191,7 +1000,7 @@ class ElementIndexingStep final : public Step {
         scatter_(scatter),
         indices64_(indices64),
         elementSize_(elementSizeOf(dtype)),
-        type_(elementTypeOf(dtype)),
+        type_(elementTypeOf(dtype).value_or(ElementType::kFloat32)),
         reduction_(reduction) {}
 
   Status enqueue(const Context& context) const override {
@@ -1282,7 +1091,7 @@ class NdIndexingStep final : public Step {
         scatter_(scatter),
         indices64_(indices64),
         elementSize_(elementSizeOf(dtype)),
-        type_(elementTypeOf(dtype)),
+        type_(elementTypeOf(dtype).value_or(ElementType::kFloat32)),
         reduction_(reduction) {}
 
   Status enqueue(const Context& context) const override {

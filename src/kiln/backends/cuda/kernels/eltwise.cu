@@ -15,6 +15,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "kiln/backends/cuda/kernels/device_types.cuh"
 #include "kiln/backends/cuda/kernels/eltwise.h"
 
 namespace kiln::cuda {
@@ -69,57 +70,12 @@ unsigned blocksFor(int64_t work) {
 
 // --- Element types -------------------------------------------------------------------------------
 
-// bool is stored as one byte; any nonzero byte reads as true.
-struct BoolByte {
-  uint8_t bits;
-};
-
-template <typename T>
-struct Tag {
-  using type = T;
-};
-
-template <typename Fn>
-cudaError_t byType(ElementType type, Fn&& fn) {
-  switch (type) {
-    case ElementType::kFloat32:
-      return fn(Tag<float>{});
-    case ElementType::kFloat16:
-      return fn(Tag<__half>{});
-    case ElementType::kBFloat16:
-      return fn(Tag<__nv_bfloat16>{});
-    case ElementType::kFloat64:
-      return fn(Tag<double>{});
-    case ElementType::kInt64:
-      return fn(Tag<int64_t>{});
-    case ElementType::kInt32:
-      return fn(Tag<int32_t>{});
-    case ElementType::kInt16:
-      return fn(Tag<int16_t>{});
-    case ElementType::kInt8:
-      return fn(Tag<int8_t>{});
-    case ElementType::kUInt64:
-      return fn(Tag<uint64_t>{});
-    case ElementType::kUInt32:
-      return fn(Tag<uint32_t>{});
-    case ElementType::kUInt16:
-      return fn(Tag<uint16_t>{});
-    case ElementType::kUInt8:
-      return fn(Tag<uint8_t>{});
-    case ElementType::kBool:
-      return fn(Tag<BoolByte>{});
-  }
-  return cudaErrorInvalidValue;
-}
-
-template <typename T>
-constexpr bool kIsHalf = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
-template <typename T>
-constexpr bool kIsReal = kIsHalf<T> || std::is_same_v<T, float> || std::is_same_v<T, double>;
-template <typename T>
-constexpr bool kIsInteger = std::is_integral_v<T>;  // BoolByte is not
-template <typename T>
-constexpr bool kIsBool = std::is_same_v<T, BoolByte>;
+using device::BoolByte;
+using device::kIsBool;
+using device::kIsHalf;
+using device::kIsInteger;
+using device::kIsReal;
+using device::Tag;
 
 // The families an op accepts, as a bit set.
 constexpr unsigned kReal = 1, kSigned = 2, kUnsigned = 4, kBool = 8;
@@ -1269,7 +1225,7 @@ __global__ void fusedKernel(BroadcastGeometry g, FusedProgram program, bool vect
 bool unarySupported(UnaryOp op, ElementType type) {
   return byUnaryOp(op, 0, 0, [&](auto functor) {
            using Op = std::decay_t<decltype(functor)>;
-           return byType(type, [](auto tag) {
+           return device::byElementType(type, [](auto tag) {
              using T = typename std::decay_t<decltype(tag)>::type;
              return accepts<T>(Op::kTypes) ? cudaSuccess : cudaErrorInvalidValue;
            });
@@ -1279,7 +1235,7 @@ bool unarySupported(UnaryOp op, ElementType type) {
 cudaError_t launchUnary(const UnaryLaunch& launch, cudaStream_t stream) {
   return byUnaryOp(launch.op, launch.alpha, launch.beta, [&](auto functor) {
     using Op = std::decay_t<decltype(functor)>;
-    return byType(launch.type, [&](auto tag) -> cudaError_t {
+    return device::byElementType(launch.type, [&](auto tag) -> cudaError_t {
       using T = typename std::decay_t<decltype(tag)>::type;
       if constexpr (accepts<T>(Op::kTypes)) {
         using Apply = UnaryApply<T, Op>;
@@ -1304,7 +1260,7 @@ bool binaryGivesBool(BinaryOp op) {
 bool binarySupported(BinaryOp op, ElementType type) {
   return byBinaryOp(op, [&](auto functor) {
            using Op = std::decay_t<decltype(functor)>;
-           return byType(type, [](auto tag) {
+           return device::byElementType(type, [](auto tag) {
              using T = typename std::decay_t<decltype(tag)>::type;
              return accepts<T>(Op::kTypes) ? cudaSuccess : cudaErrorInvalidValue;
            });
@@ -1316,7 +1272,7 @@ cudaError_t launchBinary(const BinaryLaunch& launch, cudaStream_t stream) {
   if (g.operands != 2) return cudaErrorInvalidValue;
   return byBinaryOp(launch.op, [&](auto functor) {
     using Op = std::decay_t<decltype(functor)>;
-    return byType(launch.type, [&](auto tag) -> cudaError_t {
+    return device::byElementType(launch.type, [&](auto tag) -> cudaError_t {
       using T = typename std::decay_t<decltype(tag)>::type;
       if constexpr (accepts<T>(Op::kTypes)) {
         using Apply = BinaryApply<T, Op>;
@@ -1348,7 +1304,7 @@ cudaError_t launchPow(const PowLaunch& launch, cudaStream_t stream) {
   if (!isReal(launch.base) && !isReal(launch.exponent)) mode = PowMode::kInteger;
   if (isFloatLike(launch.base) && isFloatLike(launch.exponent)) mode = PowMode::kFloat;
   if (launch.geometry.count <= 0) return cudaSuccess;
-  return byType(launch.base, [&](auto tag) -> cudaError_t {
+  return device::byElementType(launch.base, [&](auto tag) -> cudaError_t {
     using T = typename std::decay_t<decltype(tag)>::type;
     if constexpr (kIsBool<T>) {
       return cudaErrorInvalidValue;
@@ -1401,7 +1357,7 @@ cudaError_t launchVariadic(const VariadicLaunch& launch, cudaStream_t stream) {
   if (g.count <= 0) return cudaSuccess;
   VariadicInputs inputs{};
   for (int k = 0; k < g.operands; ++k) inputs.pointers[k] = launch.inputs[k];
-  return byType(launch.type, [&](auto tag) -> cudaError_t {
+  return device::byElementType(launch.type, [&](auto tag) -> cudaError_t {
     using T = typename std::decay_t<decltype(tag)>::type;
     if constexpr (kIsBool<T>) {
       return cudaErrorInvalidValue;
@@ -1418,7 +1374,7 @@ bool clipSupported(ElementType type) { return type != ElementType::kBool; }
 cudaError_t launchClip(const ClipLaunch& launch, cudaStream_t stream) {
   if (!clipSupported(launch.type)) return cudaErrorInvalidValue;
   if (launch.count <= 0) return cudaSuccess;
-  return byType(launch.type, [&](auto tag) -> cudaError_t {
+  return device::byElementType(launch.type, [&](auto tag) -> cudaError_t {
     using T = typename std::decay_t<decltype(tag)>::type;
     if constexpr (kIsBool<T>) {
       return cudaErrorInvalidValue;
@@ -1446,9 +1402,9 @@ cudaError_t launchClip(const ClipLaunch& launch, cudaStream_t stream) {
 bool castSupported(ElementType, ElementType) { return true; }
 
 cudaError_t launchCast(const CastLaunch& launch, cudaStream_t stream) {
-  return byType(launch.from, [&](auto fromTag) {
+  return device::byElementType(launch.from, [&](auto fromTag) {
     using From = typename std::decay_t<decltype(fromTag)>::type;
-    return byType(launch.to, [&](auto toTag) {
+    return device::byElementType(launch.to, [&](auto toTag) {
       using To = typename std::decay_t<decltype(toTag)>::type;
       return launchMap<From, To>(launch.count, launch.vectorWidth, launch.x, launch.y,
                                  CastApply<From, To>{}, stream);
@@ -1467,7 +1423,7 @@ cudaError_t launchFused(const FusedLaunch& launch, cudaStream_t stream) {
   if (g.count <= 0) return cudaSuccess;
   FusedInputs inputs{};
   for (int k = 0; k < g.operands; ++k) inputs.pointers[k] = launch.inputs[k];
-  return byType(launch.type, [&](auto tag) -> cudaError_t {
+  return device::byElementType(launch.type, [&](auto tag) -> cudaError_t {
     using T = typename std::decay_t<decltype(tag)>::type;
     if constexpr (std::is_same_v<Compute<T>, float>) {
       const bool vector = flatVectorOk<T>(g, launch.vectorWidth, inputs.pointers, g.operands,

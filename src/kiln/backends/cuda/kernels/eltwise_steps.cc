@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 
+#include "kiln/backends/cuda/kernels/element_type.h"
 #include "kiln/backends/cuda/kernels/eltwise.h"
 #include "kiln/backends/cuda/kernels/steps.h"
 #include "kiln/ir/op_schema.h"
@@ -35,43 +36,6 @@ using ir::DType;
 
 // Every element index and operand offset below this lets the strided walk divide in 32 bits.
 constexpr int64_t kNarrowLimit = int64_t{1} << 30;
-
-std::optional<ElementType> elementTypeOf(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return ElementType::kFloat32;
-    case DType::kFloat16:
-      return ElementType::kFloat16;
-    case DType::kBFloat16:
-      return ElementType::kBFloat16;
-    case DType::kFloat64:
-      return ElementType::kFloat64;
-    case DType::kInt64:
-      return ElementType::kInt64;
-    case DType::kInt32:
-      return ElementType::kInt32;
-    case DType::kInt16:
-      return ElementType::kInt16;
-    case DType::kInt8:
-      return ElementType::kInt8;
-    case DType::kUInt64:
-      return ElementType::kUInt64;
-    case DType::kUInt32:
-      return ElementType::kUInt32;
-    case DType::kUInt16:
-      return ElementType::kUInt16;
-    case DType::kUInt8:
-      return ElementType::kUInt8;
-    case DType::kBool:
-      return ElementType::kBool;
-  }
-  return std::nullopt;
-}
-
-std::optional<ElementType> elementTypeOf(const ir::Value* value) {
-  if (!value) return std::nullopt;
-  return elementTypeOf(value->dtype);
-}
 
 // How operands of `shapes` (each broadcasting numpy-style to `output`) are read at each output
 // element: size-1 output axes dropped, neighbouring axes merged where every operand walks them as

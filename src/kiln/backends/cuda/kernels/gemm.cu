@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "kiln/backends/cuda/kernels/device_types.cuh"
 #include "kiln/backends/cuda/kernels/gemm.h"
 
 namespace kiln::cuda {
@@ -62,24 +63,8 @@ __device__ __forceinline__ float activate(float x, int activation, float alpha, 
 }
 
 // Storage to and from the float32 arithmetic (round to nearest even on the way out).
-__device__ __forceinline__ float toFloat(float v) { return v; }
-__device__ __forceinline__ float toFloat(__half v) { return __half2float(v); }
-__device__ __forceinline__ float toFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T>
-__device__ __forceinline__ T fromFloat(float v);
-template <>
-__device__ __forceinline__ float fromFloat<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __half fromFloat<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 fromFloat<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
+using device::fromFloat;
+using device::toFloat;
 
 // T is the output's type, which the bias has too.
 template <typename T>

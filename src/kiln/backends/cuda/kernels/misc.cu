@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kiln/backends/cuda/kernels/device_types.cuh"
 #include "kiln/backends/cuda/kernels/misc.h"
 
 namespace kiln::cuda {
@@ -25,64 +26,12 @@ unsigned blocksFor(int64_t work) {
       std::max<int64_t>(1, std::min<int64_t>((work + kThreads - 1) / kThreads, kMaxBlocks)));
 }
 
-template <typename T>
-struct Tag {
-  using type = T;
-};
+using device::byNumericType;
+using device::Tag;
 
-// Calls fn(Tag<T>{}) with T the numeric type of `type`; bool is invalid.
-template <typename Fn>
-cudaError_t byNumericType(ElementType type, Fn&& fn) {
-  switch (type) {
-    case ElementType::kFloat32:
-      return fn(Tag<float>{});
-    case ElementType::kFloat16:
-      return fn(Tag<__half>{});
-    case ElementType::kBFloat16:
-      return fn(Tag<__nv_bfloat16>{});
-    case ElementType::kFloat64:
-      return fn(Tag<double>{});
-    case ElementType::kInt64:
-      return fn(Tag<int64_t>{});
-    case ElementType::kInt32:
-      return fn(Tag<int32_t>{});
-    case ElementType::kInt16:
-      return fn(Tag<int16_t>{});
-    case ElementType::kInt8:
-      return fn(Tag<int8_t>{});
-    case ElementType::kUInt64:
-      return fn(Tag<uint64_t>{});
-    case ElementType::kUInt32:
-      return fn(Tag<uint32_t>{});
-    case ElementType::kUInt16:
-      return fn(Tag<uint16_t>{});
-    case ElementType::kUInt8:
-      return fn(Tag<uint8_t>{});
-    case ElementType::kBool:
-      return cudaErrorInvalidValue;
-  }
-  return cudaErrorInvalidValue;
-}
+using device::bySize;
 
-// Calls fn(U{}) with U the unsigned word of `elementSize` bytes; other sizes are invalid.
-template <typename Fn>
-cudaError_t bySize(int elementSize, Fn&& fn) {
-  switch (elementSize) {
-    case 1:
-      return fn(uint8_t{});
-    case 2:
-      return fn(uint16_t{});
-    case 4:
-      return fn(uint32_t{});
-    case 8:
-      return fn(uint64_t{});
-    default:
-      return cudaErrorInvalidValue;
-  }
-}
-
-template <typename T>
-constexpr bool kIsHalf = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
+using device::kIsHalf;
 template <typename T>
 constexpr bool kIsFloating = kIsHalf<T> || std::is_floating_point_v<T>;
 

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <optional>
 
+#include "kiln/backends/cuda/kernels/element_type.h"
 #include "kiln/backends/cuda/kernels/gemm_steps.h"
 #include "kiln/backends/cuda/kernels/misc.h"
 #include "kiln/backends/cuda/kernels/steps.h"
@@ -43,38 +44,6 @@ namespace {
 
 using ir::DType;
 
-std::optional<ElementType> elementTypeOf(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return ElementType::kFloat32;
-    case DType::kFloat16:
-      return ElementType::kFloat16;
-    case DType::kBFloat16:
-      return ElementType::kBFloat16;
-    case DType::kFloat64:
-      return ElementType::kFloat64;
-    case DType::kInt64:
-      return ElementType::kInt64;
-    case DType::kInt32:
-      return ElementType::kInt32;
-    case DType::kInt16:
-      return ElementType::kInt16;
-    case DType::kInt8:
-      return ElementType::kInt8;
-    case DType::kUInt64:
-      return ElementType::kUInt64;
-    case DType::kUInt32:
-      return ElementType::kUInt32;
-    case DType::kUInt16:
-      return ElementType::kUInt16;
-    case DType::kUInt8:
-      return ElementType::kUInt8;
-    case DType::kBool:
-      return ElementType::kBool;
-  }
-  return std::nullopt;
-}
-
 // The element type of a number (not bool) dtype.
 std::optional<ElementType> numericTypeOf(DType dtype) {
   if (dtype == DType::kBool) return std::nullopt;
@@ -82,12 +51,6 @@ std::optional<ElementType> numericTypeOf(DType dtype) {
 }
 
 int elementSizeOf(DType dtype) { return static_cast<int>(ir::dtypeSize(dtype)); }
-
-int64_t product(const std::vector<int64_t>& dims, size_t begin, size_t end) {
-  int64_t result = 1;
-  for (size_t i = begin; i < end && i < dims.size(); ++i) result *= dims[i];
-  return result;
-}
 
 // The bytes of `value` converted to `dtype` (as the reference's convertElement), in the low
 // bytes of a word.

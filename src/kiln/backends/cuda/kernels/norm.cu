@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kiln/backends/cuda/kernels/device_types.cuh"
 #include "kiln/backends/cuda/kernels/norm.h"
 
 namespace kiln::cuda {
@@ -24,37 +25,9 @@ unsigned blocksFor(int64_t count, int64_t perBlock) {
   return static_cast<unsigned>(std::min<int64_t>((count + perBlock - 1) / perBlock, kMaxBlocks));
 }
 
-// Element loads and stores through float.
-__device__ __forceinline__ float load(float value) { return value; }
-__device__ __forceinline__ float load(__half value) { return __half2float(value); }
-__device__ __forceinline__ float load(__nv_bfloat16 value) { return __bfloat162float(value); }
-
-__device__ __forceinline__ void store(float* at, float value) { *at = value; }
-__device__ __forceinline__ void store(__half* at, float value) { *at = __float2half_rn(value); }
-__device__ __forceinline__ void store(__nv_bfloat16* at, float value) {
-  *at = __float2bfloat16_rn(value);
-}
-
-template <typename T>
-struct Tag {
-  using type = T;
-};
-
-// Calls fn(Tag<T>{}) with the element type T of `type`; cudaErrorInvalidValue for a type the
-// kernels do not take.
-template <typename Fn>
-cudaError_t dispatch(ElementType type, Fn fn) {
-  switch (type) {
-    case ElementType::kFloat32:
-      return fn(Tag<float>{});
-    case ElementType::kFloat16:
-      return fn(Tag<__half>{});
-    case ElementType::kBFloat16:
-      return fn(Tag<__nv_bfloat16>{});
-    default:
-      return cudaErrorInvalidValue;
-  }
-}
+using device::load;
+using device::store;
+using device::Tag;
 
 // Sums over float or double values (the row statistics are double).
 struct SumOp {
@@ -406,7 +379,7 @@ cudaError_t launchLines(LineOp op, const Lines& lines, RowKernel rows, ElementTy
                         const void* x, void* y, cudaStream_t stream) {
   const int64_t count = lines.outer * lines.inner;
   if (count <= 0 || lines.length <= 0) return cudaSuccess;
-  return dispatch(type, [&](auto tag) {
+  return device::byFloatType(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* in = static_cast<const T*>(x);
     T* out = static_cast<T*>(y);
@@ -456,7 +429,7 @@ cudaError_t launchRowNormalization(const RowNormalization& norm, RowKernel rows,
     return cudaErrorInvalidValue;
   }
   const bool statsInT = norm.statType == norm.type;
-  return dispatch(norm.type, [&](auto tag) {
+  return device::byFloatType(norm.type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* in = static_cast<const T*>(x);
     const T* s = static_cast<const T*>(scale);
@@ -480,7 +453,7 @@ cudaError_t launchBatchNormalization(const BatchNormGeometry& geometry, const vo
                                      const void* var, void* y, cudaStream_t stream) {
   if (geometry.count <= 0) return cudaSuccess;
   if (geometry.channels <= 0 || geometry.inner <= 0) return cudaErrorInvalidValue;
-  return dispatch(geometry.type, [&](auto tag) {
+  return device::byFloatType(geometry.type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     batchNormKernel<T>
         <<<blocksFor(geometry.count, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(
@@ -495,7 +468,7 @@ cudaError_t launchLrn(const LrnGeometry& geometry, const void* x, void* y, cudaS
   const int64_t count = geometry.batch * geometry.channels * geometry.inner;
   if (count <= 0) return cudaSuccess;
   if (geometry.size < 1) return cudaErrorInvalidValue;
-  return dispatch(geometry.type, [&](auto tag) {
+  return device::byFloatType(geometry.type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     lrnKernel<T><<<blocksFor(count, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(
         geometry, static_cast<const T*>(x), static_cast<T*>(y), count);
@@ -513,7 +486,7 @@ cudaError_t launchMeanVarianceNormalization(const SlotGeometry& geometry, Elemen
   for (int a = 0; a < geometry.keptRank; ++a) slots *= geometry.keptDims[a];
   for (int a = 0; a < geometry.reducedRank; ++a) count *= geometry.reducedDims[a];
   if (slots <= 0 || count <= 0) return cudaSuccess;
-  return dispatch(type, [&](auto tag) {
+  return device::byFloatType(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     meanVarianceKernel<T><<<blocksFor(slots, 1), kElementwiseThreads, 0, stream>>>(
         geometry, static_cast<const T*>(x), static_cast<T*>(y), slots, count);

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "kiln/backends/cuda/kernels/datamove.h"
+#include "kiln/backends/cuda/kernels/element_type.h"
 #include "kiln/backends/cuda/kernels/norm.h"
 #include "kiln/backends/cuda/kernels/steps.h"
 
@@ -36,25 +37,10 @@ using ir::DType;
 // Rows longer than this go to a block each rather than a warp.
 constexpr int64_t kWarpRowLimit = 1024;
 
-int64_t product(const std::vector<int64_t>& dims, size_t begin, size_t end) {
-  int64_t result = 1;
-  for (size_t i = begin; i < end && i < dims.size(); ++i) result *= dims[i];
-  return result;
-}
-
 // The kernels' element type for `value`'s dtype: float32, float16 or bfloat16.
 std::optional<ElementType> typeOf(const ir::Value* value) {
   if (!value) return std::nullopt;
-  switch (value->dtype) {
-    case DType::kFloat32:
-      return ElementType::kFloat32;
-    case DType::kFloat16:
-      return ElementType::kFloat16;
-    case DType::kBFloat16:
-      return ElementType::kBFloat16;
-    default:
-      return std::nullopt;
-  }
+  return floatTypeOf(value->dtype);
 }
 
 bool isFloat32(const ir::Value* value) { return value && value->dtype == DType::kFloat32; }

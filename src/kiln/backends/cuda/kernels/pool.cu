@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kiln/backends/cuda/kernels/device_types.cuh"
 #include "kiln/backends/cuda/kernels/pool.h"
 
 namespace kiln::cuda {
@@ -21,36 +22,9 @@ int64_t blocksFor(int64_t count) {
   return std::min<int64_t>((count + kThreads - 1) / kThreads, kMaxBlocks);
 }
 
-__device__ __forceinline__ float load(float value) { return value; }
-__device__ __forceinline__ float load(__half value) { return __half2float(value); }
-__device__ __forceinline__ float load(__nv_bfloat16 value) { return __bfloat162float(value); }
-
-__device__ __forceinline__ void store(float* at, float value) { *at = value; }
-__device__ __forceinline__ void store(__half* at, float value) { *at = __float2half_rn(value); }
-__device__ __forceinline__ void store(__nv_bfloat16* at, float value) {
-  *at = __float2bfloat16_rn(value);
-}
-
-template <typename T>
-struct Tag {
-  using type = T;
-};
-
-// Calls fn(Tag<T>{}) with the element type T of `type`; cudaErrorInvalidValue for a type the
-// kernels do not take.
-template <typename Fn>
-cudaError_t dispatch(ElementType type, Fn fn) {
-  switch (type) {
-    case ElementType::kFloat32:
-      return fn(Tag<float>{});
-    case ElementType::kFloat16:
-      return fn(Tag<__half>{});
-    case ElementType::kBFloat16:
-      return fn(Tag<__nv_bfloat16>{});
-    default:
-      return cudaErrorInvalidValue;
-  }
-}
+using device::load;
+using device::store;
+using device::Tag;
 
 // Kernel positions k of one axis whose coordinate lands in [-padBegin, in + padEnd): the window's
 // extent in the padded input (ceil_mode windows may reach past it).
@@ -218,7 +192,7 @@ cudaError_t launchWindowPool(const PoolGeometry& geometry, PoolKind kind, Elemen
       geometry.batch * geometry.channels * geometry.out[0] * geometry.out[1] * geometry.out[2];
   if (total <= 0) return cudaSuccess;
   if (indices && kind != PoolKind::kMax) return cudaErrorInvalidValue;
-  return dispatch(type, [&](auto tag) {
+  return device::byFloatType(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     windowPoolKernel<T><<<static_cast<unsigned>(blocksFor(total)), kThreads, 0, stream>>>(
         geometry, kind, static_cast<const T*>(x), static_cast<T*>(y), indices, columnMajor, total);
@@ -231,7 +205,7 @@ cudaError_t launchGlobalPool(bool average, ElementType type, const void* x, void
                              cudaStream_t stream) {
   const int64_t planes = batch * channels;
   if (planes <= 0) return cudaSuccess;
-  return dispatch(type, [&](auto tag) {
+  return device::byFloatType(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* in = static_cast<const T*>(x);
     T* out = static_cast<T*>(y);

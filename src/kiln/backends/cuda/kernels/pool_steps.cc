@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/backends/cuda/kernels/element_type.h"
 #include "kiln/backends/cuda/kernels/pool.h"
 #include "kiln/backends/cuda/kernels/steps.h"
 #include "kiln/ir/op_schema.h"
@@ -65,20 +66,6 @@ void alignedStrides(const ir::Shape& shape, bool nhwc, int64_t out[5]) {
     extent[missing + i] = shape[firstSpatial + i];
   }
   for (size_t axis = missing; axis-- > 0;) out[2 + axis] = out[3 + axis] * extent[axis + 1];
-}
-
-// The kernels' element type for `dtype`: float32, float16 or bfloat16.
-std::optional<ElementType> floatTypeOf(ir::DType dtype) {
-  switch (dtype) {
-    case ir::DType::kFloat32:
-      return ElementType::kFloat32;
-    case ir::DType::kFloat16:
-      return ElementType::kFloat16;
-    case ir::DType::kBFloat16:
-      return ElementType::kBFloat16;
-    default:
-      return std::nullopt;
-  }
 }
 
 class WindowPoolStep final : public Step {

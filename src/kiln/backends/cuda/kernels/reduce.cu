@@ -12,6 +12,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "kiln/backends/cuda/kernels/device_types.cuh"
 #include "kiln/backends/cuda/kernels/reduce.h"
 
 namespace kiln::cuda {
@@ -32,56 +33,12 @@ unsigned blocksFor(int64_t units) {
 
 // --- Element types -------------------------------------------------------------------------------
 
-struct BoolByte {
-  uint8_t bits;
-};
-
-template <typename T>
-struct Tag {
-  using type = T;
-};
-
-template <typename Fn>
-cudaError_t byType(ElementType type, Fn&& fn) {
-  switch (type) {
-    case ElementType::kFloat32:
-      return fn(Tag<float>{});
-    case ElementType::kFloat16:
-      return fn(Tag<__half>{});
-    case ElementType::kBFloat16:
-      return fn(Tag<__nv_bfloat16>{});
-    case ElementType::kFloat64:
-      return fn(Tag<double>{});
-    case ElementType::kInt64:
-      return fn(Tag<int64_t>{});
-    case ElementType::kInt32:
-      return fn(Tag<int32_t>{});
-    case ElementType::kInt16:
-      return fn(Tag<int16_t>{});
-    case ElementType::kInt8:
-      return fn(Tag<int8_t>{});
-    case ElementType::kUInt64:
-      return fn(Tag<uint64_t>{});
-    case ElementType::kUInt32:
-      return fn(Tag<uint32_t>{});
-    case ElementType::kUInt16:
-      return fn(Tag<uint16_t>{});
-    case ElementType::kUInt8:
-      return fn(Tag<uint8_t>{});
-    case ElementType::kBool:
-      return fn(Tag<BoolByte>{});
-  }
-  return cudaErrorInvalidValue;
-}
-
-template <typename T>
-constexpr bool kIsHalf = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
-template <typename T>
-constexpr bool kIsReal = kIsHalf<T> || std::is_same_v<T, float> || std::is_same_v<T, double>;
-template <typename T>
-constexpr bool kIsBool = std::is_same_v<T, BoolByte>;
-template <typename T>
-constexpr bool kIsInteger = std::is_integral_v<T>;
+using device::BoolByte;
+using device::kIsBool;
+using device::kIsHalf;
+using device::kIsInteger;
+using device::kIsReal;
+using device::Tag;
 
 // The value an extremum or an index search compares: float for float32 and the half types
 // (exact), double for float64, the widest integer of the signedness for integers and bool.
@@ -560,7 +517,7 @@ cudaError_t launchReduce(const ReduceLaunch& launch, cudaStream_t stream) {
   if (g.outputs <= 0) return cudaSuccess;
   const ReduceOp op = launch.op;
   const bool real = isRealType(launch.type);
-  return byType(launch.type, [&](auto tag) -> cudaError_t {
+  return device::byElementType(launch.type, [&](auto tag) -> cudaError_t {
     using T = typename std::decay_t<decltype(tag)>::type;
     switch (op) {
       case ReduceOp::kMax:

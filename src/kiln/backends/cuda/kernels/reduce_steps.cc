@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 
+#include "kiln/backends/cuda/kernels/element_type.h"
 #include "kiln/backends/cuda/kernels/reduce.h"
 #include "kiln/backends/cuda/kernels/steps.h"
 
@@ -26,38 +27,6 @@ const knobs::Knob kReduceBlock = knobs::declareKnob({
 namespace {
 
 using ir::DType;
-
-std::optional<ElementType> elementTypeOf(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return ElementType::kFloat32;
-    case DType::kFloat16:
-      return ElementType::kFloat16;
-    case DType::kBFloat16:
-      return ElementType::kBFloat16;
-    case DType::kFloat64:
-      return ElementType::kFloat64;
-    case DType::kInt64:
-      return ElementType::kInt64;
-    case DType::kInt32:
-      return ElementType::kInt32;
-    case DType::kInt16:
-      return ElementType::kInt16;
-    case DType::kInt8:
-      return ElementType::kInt8;
-    case DType::kUInt64:
-      return ElementType::kUInt64;
-    case DType::kUInt32:
-      return ElementType::kUInt32;
-    case DType::kUInt16:
-      return ElementType::kUInt16;
-    case DType::kUInt8:
-      return ElementType::kUInt8;
-    case DType::kBool:
-      return ElementType::kBool;
-  }
-  return std::nullopt;
-}
 
 // The geometry of reducing `shape` over the axes flagged in `reduced`: size-1 axes dropped,
 // neighbouring axes of one kind merged (the input is contiguous, so they always walk as one).
