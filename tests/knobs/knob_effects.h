@@ -36,7 +36,7 @@ struct BuildSnapshot {
   std::vector<Layer> layers;
   int64_t arenaBytes = 0;
   int threads = 0;
-  std::string execution;  // cuda: "graph" (CUDA graph replay allowed) or "steps"
+  std::string execution;            // cuda: "graph" (CUDA graph replay allowed) or "steps"
   std::vector<ir::Tensor> outputs;  // empty for cuda builds where no GPU is present
 
   // Layers of op `op` (exact, domain-prefixed for kiln's ops).
@@ -48,9 +48,9 @@ struct BuildSnapshot {
 };
 
 struct KnobEffect {
-  std::string knob;   // "cpu.conv.algo"
-  std::string value;  // the value this case sets
-  std::string shows;  // what the case shows, one line
+  std::string knob;             // "cpu.conv.algo"
+  std::string value;            // the value this case sets
+  std::string shows;            // what the case shows, one line
   std::string backend = "cpu";  // "cpu" or "cuda" (cuda cases compare outputs only on a GPU)
   std::function<ir::Graph()> graph;
   std::string baseRoute;    // applied to both builds (to isolate the knob's effect)

@@ -154,7 +154,8 @@ TEST_P(PassGolden, MatchesExpectedIrAndKeepsOutputs) {
     ASSERT_EQ(a.shape(), b.shape());
     for (int64_t k = 0; k < a.elementCount(); ++k) {
       const double x = a.elementAsDouble(k), y = b.elementAsDouble(k);
-      ASSERT_LE(std::fabs(x - y), floor + tolerance * std::fabs(x)) << "output " << i << " element " << k;
+      ASSERT_LE(std::fabs(x - y), floor + tolerance * std::fabs(x))
+          << "output " << i << " element " << k;
     }
   }
 }

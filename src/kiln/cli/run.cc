@@ -144,10 +144,9 @@ Status measureCuda(cuda::Plan& plan, const std::vector<ir::Tensor>& inputs,
     latencies.insert(latencies.end(), ms.begin(), ms.end());
   }
   const double wall = std::chrono::duration<double>(Clock::now() - start).count();
-  std::printf("execution: %s\n",
-              plan.usesGraph() ? "CUDA graph replay" : plan.graphNote().c_str());
-  printLatency(latencies,
-               wall, options.dataTransfers ? "GPU time with host copies" : "GPU compute time");
+  std::printf("execution: %s\n", plan.usesGraph() ? "CUDA graph replay" : plan.graphNote().c_str());
+  printLatency(latencies, wall,
+               options.dataTransfers ? "GPU time with host copies" : "GPU compute time");
   if (options.dumpProfile) {
     std::vector<double> totals(plan.steps().size(), 0.0), steps;
     const int profiled = std::max(options.iterations, 10);
@@ -311,8 +310,8 @@ int runModel(const RunOptions& options) {
   auto outputs = runOnce(nullptr);
   if (!outputs.isOk()) return reportError(outputs.status());
 #if KILN_HAVE_CUDA
-  auto timing = cudaBuild ? measureCuda(cudaBuild->plan, inputs, options)
-                          : measure(runOnce, options, plan);
+  auto timing =
+      cudaBuild ? measureCuda(cudaBuild->plan, inputs, options) : measure(runOnce, options, plan);
 #else
   auto timing = measure(runOnce, options, plan);
 #endif

@@ -42,8 +42,7 @@ Result<CpuBuild> buildCpu(ir::Graph graph, const BuilderConfig& config) {
 
 #if KILN_HAVE_CUDA
 Result<CudaBuild> buildCuda(ir::Graph graph, const BuilderConfig& config) {
-  KILN_ASSIGN_OR_RETURN(std::vector<passes::PassRecord> records,
-                        optimise(graph, config, "cuda"));
+  KILN_ASSIGN_OR_RETURN(std::vector<passes::PassRecord> records, optimise(graph, config, "cuda"));
   // The CUDA backend's precision step (fp16/bf16 regions and the casts between them), recorded
   // beside the passes so --dump-ir and the build log show it.
   passes::PassRecord precision{.name = "cuda.assign_precision", .enabled = true};

@@ -129,8 +129,8 @@ Result<Plan> lowerToCpu(std::shared_ptr<const ir::Graph> graph, const knobs::Rou
     step->node = &node;
     requests.steps.push_back(&node);
     const int input = inPlaceInput(*step);
-    requests.inPlaceInputs.push_back(
-        input >= 0 && route.value(kInPlace, step->node) == "on" ? input : -1);
+    requests.inPlaceInputs.push_back(input >= 0 && route.value(kInPlace, step->node) == "on" ? input
+                                                                                             : -1);
     plan.steps_.push_back(std::move(step));
   }
   requests.reuse = route.value(kMemoryPlanner) == "reuse";

@@ -117,9 +117,8 @@ std::string precisionOf(const ir::Node& node, const knobs::Route& route) {
     if (output->dtype == ir::DType::kFloat16) return "fp16";
     if (output->dtype == ir::DType::kBFloat16) return "bf16";
   }
-  static const std::set<std::string> kProducts = {"Conv",      "Gemm",     "MatMul",
-                                                 "FusedConv", "NhwcConv", "FusedGemm",
-                                                 "Attention"};
+  static const std::set<std::string> kProducts = {"Conv",     "Gemm",      "MatMul",   "FusedConv",
+                                                  "NhwcConv", "FusedGemm", "Attention"};
   return kProducts.count(node.opType) && allowsTf32(node, route) ? "tf32" : "fp32";
 }
 
@@ -158,17 +157,16 @@ Result<Plan> lowerToCuda(std::shared_ptr<const ir::Graph> graph, const knobs::Ro
     }
     if (!step && hostFallback) step = makeHostStep(node);
     if (!step) {
-      return unsupported("{}: the CUDA backend has no kernel for '{}'{}", node.describe(),
-                         node.opType,
-                         hostFallback ? " (nor the reference executor)"
-                                      : " (and cuda.host_fallback is off)");
+      return unsupported(
+          "{}: the CUDA backend has no kernel for '{}'{}", node.describe(), node.opType,
+          hostFallback ? " (nor the reference executor)" : " (and cuda.host_fallback is off)");
     }
     step->node = &node;
     step->precision = precisionOf(node, route);
     requests.steps.push_back(&node);
     const int input = inPlaceInput(*step);
-    requests.inPlaceInputs.push_back(
-        input >= 0 && route.value(kInPlace, &node) == "on" ? input : -1);
+    requests.inPlaceInputs.push_back(input >= 0 && route.value(kInPlace, &node) == "on" ? input
+                                                                                        : -1);
     plan.steps_.push_back(std::move(step));
   }
   requests.reuse = route.value(kMemoryPlanner) == "reuse";

@@ -108,9 +108,9 @@ Status Plan::initialize() {
       // A library call that cannot be captured: run step by step, and say so.
       if (graph) cudaGraphDestroy(graph);
       cudaGetLastError();
-      device_->graphNote = fmt::format(
-          "CUDA graph capture failed, running step by step: {}",
-          enqueued.isOk() ? cudaGetErrorString(ended) : enqueued.message());
+      device_->graphNote =
+          fmt::format("CUDA graph capture failed, running step by step: {}",
+                      enqueued.isOk() ? cudaGetErrorString(ended) : enqueued.message());
     }
   }
   return Status::ok();
@@ -141,8 +141,7 @@ Status Plan::uploadInputs(const std::vector<ir::Tensor>& inputs) {
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i].byteSize() == 0) continue;
     KILN_CUDA_CHECK(cudaMemcpyAsync(context.address(inputs_[i]), inputs[i].rawData(),
-                                    inputs[i].byteSize(), cudaMemcpyHostToDevice,
-                                    context.stream));
+                                    inputs[i].byteSize(), cudaMemcpyHostToDevice, context.stream));
   }
   return Status::ok();
 }

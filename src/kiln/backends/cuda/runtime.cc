@@ -10,9 +10,8 @@ namespace kiln::cuda {
 
 Status cudaStatus(cudaError_t error, std::string_view what) {
   if (error == cudaSuccess) return Status::ok();
-  const std::string message =
-      fmt::format("CUDA: {} failed: {} ({})", what, cudaGetErrorString(error),
-                  cudaGetErrorName(error));
+  const std::string message = fmt::format("CUDA: {} failed: {} ({})", what,
+                                          cudaGetErrorString(error), cudaGetErrorName(error));
   switch (error) {
     case cudaErrorMemoryAllocation:
       return Status(StatusCode::kIo, message + " (out of device memory)");
@@ -29,16 +28,26 @@ namespace {
 // cuBLAS's own name lookup lives in libcublas, which kiln does not link.
 const char* cublasStatusName(cublasStatus_t status) {
   switch (status) {
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
-    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
-    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
-    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
-    case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
-    default: return "unknown cuBLAS status";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR:
+      return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR:
+      return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_LICENSE_ERROR:
+      return "CUBLAS_STATUS_LICENSE_ERROR";
+    default:
+      return "unknown cuBLAS status";
   }
 }
 }  // namespace
@@ -56,9 +65,8 @@ Status cudnnStatus(cudnnStatus_t status, std::string_view what) {
   if (status == CUDNN_STATUS_SUCCESS) return Status::ok();
   char detail[512] = {};
   cudnnGetLastErrorString(detail, sizeof(detail));
-  const std::string message = fmt::format("cuDNN: {} failed: {}{}{}", what,
-                                          cudnnGetErrorString(status), detail[0] ? ": " : "",
-                                          detail);
+  const std::string message = fmt::format(
+      "cuDNN: {} failed: {}{}{}", what, cudnnGetErrorString(status), detail[0] ? ": " : "", detail);
   if (status == CUDNN_STATUS_ALLOC_FAILED) return Status(StatusCode::kIo, message);
   if (status == CUDNN_STATUS_NOT_SUPPORTED || status == CUDNN_STATUS_NOT_SUPPORTED_ARCH_MISMATCH) {
     return Status(StatusCode::kUnsupported, message);
