@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "kiln/backends/cpu/kernels/datamove.h"
+#include "kiln/backends/node_constants.h"
 
 namespace kiln::cpu {
 
@@ -373,13 +374,7 @@ std::unique_ptr<Step> makeSplit(const ir::Node& node) {
   return std::make_unique<BoxCopyStep>(BoxCopier(std::move(boxes), elementSizeOf(x)));
 }
 
-// A constant integer input as int64 values; nullopt where it is absent or not constant.
-std::optional<std::vector<int64_t>> constantInts(const ir::Node& node, size_t input) {
-  const ir::Value* value = node.input(input);
-  if (!value || !value->constant) return std::nullopt;
-  if (value->dtype != ir::DType::kInt64 && value->dtype != ir::DType::kInt32) return std::nullopt;
-  return value->constant->toInt64Vector();
-}
+using backends::constantInts;
 
 std::unique_ptr<Step> makeSlice(const ir::Node& node) {
   const ir::Value* x = node.inputs[0];
@@ -532,36 +527,20 @@ std::unique_ptr<Step> makePad(const ir::Node& node) {
   auto mode = node.getString("mode", "constant");
   if (!mode.isOk()) return nullptr;
   // [begin_0, ..., begin_{r-1}, end_0, ..., end_{r-1}] over every axis.
-  std::vector<int64_t> pads;
+  auto amounts = backends::padAmounts(node, rank);
+  if (!amounts) return nullptr;
+  const std::vector<int64_t>& pads = *amounts;
   ir::Tensor fillValue(x->dtype, ir::Shape{});  // zero
   if (node.opsetVersion < 11) {
-    auto attr = node.getInts(node.hasAttribute("paddings") ? "paddings" : "pads");
     auto value = node.getFloat("value", 0.0f);
-    if (!attr.isOk() || !value.isOk()) return nullptr;
-    pads = *attr;
+    if (!value.isOk()) return nullptr;
     fillValue = ir::Tensor::scalar<float>(*value).castTo(x->dtype);
   } else {
-    auto given = constantInts(node, 1);
-    if (!given) return nullptr;
-    pads = *given;
-    if (node.hasInput(3)) {
-      auto axes = constantInts(node, 3);
-      if (!axes || 2 * axes->size() != pads.size()) return nullptr;
-      std::vector<int64_t> full(2 * rank, 0);
-      for (size_t i = 0; i < axes->size(); ++i) {
-        auto axis = ir::normalizeAxis((*axes)[i], static_cast<int64_t>(rank));
-        if (!axis.isOk()) return nullptr;
-        full[static_cast<size_t>(*axis)] = pads[i];
-        full[static_cast<size_t>(*axis) + rank] = pads[i + axes->size()];
-      }
-      pads = std::move(full);
-    }
     if (const ir::Value* value = node.input(2)) {
       if (!value->constant || value->dtype != x->dtype) return nullptr;
       if (value->constant->elementCount() == 1) fillValue = *value->constant;
     }
   }
-  if (pads.size() != 2 * rank) return nullptr;
   // Negative pads crop first; the mode then pads what is left.
   std::vector<int64_t> padBefore(rank), cropBefore(rank), kept(rank);
   for (size_t a = 0; a < rank; ++a) {

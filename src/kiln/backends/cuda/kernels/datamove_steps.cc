@@ -15,6 +15,7 @@
 #include "kiln/backends/cuda/kernels/datamove.h"
 #include "kiln/backends/cuda/kernels/element_type.h"
 #include "kiln/backends/cuda/kernels/steps.h"
+#include "kiln/backends/node_constants.h"
 #include "kiln/reference/kernels/resize.h"
 
 namespace kiln::cuda {
@@ -38,13 +39,7 @@ constexpr int64_t kMinTileExtent = 8;
 
 int elementSizeOf(DType dtype) { return static_cast<int>(ir::dtypeSize(dtype)); }
 
-// A constant int32/int64 input as int64 values; nullopt where it is absent or not constant.
-std::optional<std::vector<int64_t>> constantInts(const ir::Node& node, size_t input) {
-  const ir::Value* value = node.input(input);
-  if (!value || !value->constant) return std::nullopt;
-  if (value->dtype != DType::kInt64 && value->dtype != DType::kInt32) return std::nullopt;
-  return value->constant->toInt64Vector();
-}
+using backends::constantInts;
 
 bool isIndexType(DType dtype) { return dtype == DType::kInt64 || dtype == DType::kInt32; }
 
@@ -574,31 +569,16 @@ std::unique_ptr<Step> makePad(const ir::Node& node) {
     return nullptr;
   }
   // [begin_0, ..., begin_{r-1}, end_0, ..., end_{r-1}] over every axis.
-  std::vector<int64_t> pads;
+  auto amounts = backends::padAmounts(node, rank);
+  if (!amounts) return nullptr;
+  const std::vector<int64_t>& pads = *amounts;
   ir::Tensor fill(x->dtype, ir::Shape{});  // zero
   int fillInput = -1;                      // or the runtime input that holds it
   if (node.opsetVersion < 11) {
-    auto attr = node.getInts(node.hasAttribute("paddings") ? "paddings" : "pads");
     auto value = node.getFloat("value", 0.0f);
-    if (!attr.isOk() || !value.isOk()) return nullptr;
-    pads = *attr;
+    if (!value.isOk()) return nullptr;
     fill = ir::Tensor::scalar<float>(*value).castTo(x->dtype);
   } else {
-    auto given = constantInts(node, 1);
-    if (!given) return nullptr;
-    pads = *given;
-    if (node.hasInput(3)) {
-      auto axes = constantInts(node, 3);
-      if (!axes || 2 * axes->size() != pads.size()) return nullptr;
-      std::vector<int64_t> full(2 * rank, 0);
-      for (size_t i = 0; i < axes->size(); ++i) {
-        auto axis = ir::normalizeAxis((*axes)[i], static_cast<int64_t>(rank));
-        if (!axis.isOk()) return nullptr;
-        full[static_cast<size_t>(*axis)] = pads[i];
-        full[static_cast<size_t>(*axis) + rank] = pads[i + axes->size()];
-      }
-      pads = std::move(full);
-    }
     if (const ir::Value* value = node.input(2)) {
       // As the reference: a one-element value is the fill, an empty one leaves zero.
       if (value->dtype != x->dtype) return nullptr;
@@ -611,7 +591,6 @@ std::unique_ptr<Step> makePad(const ir::Node& node) {
       }
     }
   }
-  if (pads.size() != 2 * rank) return nullptr;
   const std::vector<int64_t> strides = x->shape.strides();
   std::vector<std::vector<int64_t>> tables(rank);
   for (size_t a = 0; a < rank; ++a) {
