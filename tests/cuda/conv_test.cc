@@ -391,7 +391,7 @@ TEST(CudaNhwcConv, MatchesReferenceFromEachSource) {
       for (bool residual : {false, true}) {
         SCOPED_TRACE(s.name + " " + source + (residual ? " + residual" : ""));
         CudaOpCase c = nhwcCase(s, "Relu", residual, true, seed += 4);
-        c.route = std::string("-cuda.conv.source=") + source;
+        c.route = std::string("-cuda.conv.depthwise=source -cuda.conv.source=") + source;
         c.expectTactic = std::string(source) == "cudnn" && s.symmetric ? "cudnn" : "kiln.conv";
         expectConv(c);
         // The NHWC layout is what the step records.
@@ -414,13 +414,123 @@ TEST(CudaNhwcConv, RuntimeWeights) {
     if (!s.symmetric) continue;
     SCOPED_TRACE(s.name);
     CudaOpCase c = nhwcCase(s, "Sigmoid", true, false, seed += 4);
+    c.route = "-cuda.conv.depthwise=source";
     c.expectTactic = "cudnn";
     expectConv(c);
     CudaOpCase timed = nhwcCase(s, "HardSigmoid", false, false, seed += 4);
-    timed.route = "-cuda.conv.algo=timed -cuda.conv.epilogue=separate";
+    timed.route = "-cuda.conv.depthwise=source -cuda.conv.algo=timed -cuda.conv.epilogue=separate";
     timed.expectTactic = "cudnn.timed+epilogue";
     expectConv(timed);
   }
+}
+
+// kiln's depthwise NHWC kernel (cuda.conv.depthwise=kiln, the default): channel counts that give
+// each vector width (16 bytes down to one element), strides, dilations, asymmetric pads, 1x1 and
+// 5x5 kernels, with and without bias, residual and activation, in each type.
+struct DepthwiseShape {
+  std::string name;
+  int64_t n, h, w, c, kh, kw;
+  CudaAttributes attributes;
+  int64_t oh, ow;
+};
+
+std::vector<DepthwiseShape> depthwiseShapes() {
+  return {
+      {"c32_3x3", 2, 12, 10, 32, 3, 3, {{"pads", intsAttr({1, 1, 1, 1})}}, 12, 10},
+      {"c96_3x3_stride2",
+       1,
+       11,
+       9,
+       96,
+       3,
+       3,
+       {{"pads", intsAttr({1, 1, 1, 1})}, {"strides", intsAttr({2, 2})}},
+       6,
+       5},
+      {"c24_5x5_stride2",
+       2,
+       13,
+       14,
+       24,
+       5,
+       5,
+       {{"pads", intsAttr({2, 2, 2, 2})}, {"strides", intsAttr({2, 2})}},
+       7,
+       7},
+      {"c6_dilated",
+       1,
+       9,
+       8,
+       6,
+       3,
+       3,
+       {{"pads", intsAttr({2, 2, 2, 2})}, {"dilations", intsAttr({2, 2})}},
+       9,
+       8},
+      {"c7_asymmetric", 2, 6, 7, 7, 3, 2, {{"pads", intsAttr({0, 1, 2, 0})}}, 6, 7},
+      {"c12_1x1_stride_2x1", 1, 5, 6, 12, 1, 1, {{"strides", intsAttr({2, 1})}}, 3, 6},
+      {"c4_no_pad", 1, 4, 4, 4, 3, 3, {}, 2, 2},
+  };
+}
+
+TEST(CudaNhwcConv, DepthwiseKernel) {
+  unsigned seed = 2300;
+  for (const DepthwiseShape& s : depthwiseShapes()) {
+    for (int variant = 0; variant < 3; ++variant) {
+      // 0: bias + Relu; 1: bias + residual + HardSwish; 2: no bias, residual, no activation.
+      SCOPED_TRACE(s.name + " variant " + std::to_string(variant));
+      CudaOpCase c{.opType = "NhwcConv", .attributes = s.attributes, .domain = ir::kKilnDomain};
+      c.attributes["group"] = intAttr(s.c);
+      c.attributes["kernel_shape"] = intsAttr({s.kh, s.kw});
+      if (variant == 0) c.attributes["activation"] = stringAttr("Relu");
+      if (variant == 1) c.attributes["activation"] = stringAttr("HardSwish");
+      c.inputs = {activations({s.n, s.h, s.w, s.c}, seed++),
+                  constantWeights({s.kh, s.kw, 1, s.c}, seed++)};
+      c.inputs.push_back(variant == 2 ? OpInput{} : constantWeights({s.c}, seed++));
+      if (variant > 0) c.inputs.push_back(activations({s.n, s.oh, s.ow, s.c}, seed++));
+      c.expectTactic = "kiln.conv.depthwise";
+      expectConv(c);
+      for (const ReducedType& t : kReducedTypes) {
+        SCOPED_TRACE(t.name);
+        CudaOpCase reduced = inType(c, t);
+        expectConv(reduced, t.tolerance);
+      }
+    }
+  }
+}
+
+// The source knob's choice for depthwise convolutions, and what stays with the general sources:
+// a grouped convolution that is not depthwise, and a channel multiplier above one.
+TEST(CudaNhwcConv, DepthwiseKnobAndWhatIsNotDepthwise) {
+  CudaOpCase c{.opType = "NhwcConv",
+               .attributes = {{"group", intAttr(8)}, {"pads", intsAttr({1, 1, 1, 1})}},
+               .domain = ir::kKilnDomain};
+  c.inputs = {activations({1, 6, 6, 8}, 2400), constantWeights({3, 3, 1, 8}, 2401),
+              constantWeights({8}, 2402)};
+  c.expectTactic = "kiln.conv.depthwise";
+  expectConv(c);
+  c.route = "-cuda.conv.depthwise=source";
+  c.expectTactic = "cudnn";
+  expectConv(c);
+  c.route = "-cuda.conv.depthwise=source -cuda.conv.source=native";
+  c.expectTactic = "kiln.conv";
+  expectConv(c);
+
+  CudaOpCase grouped{.opType = "NhwcConv",
+                     .attributes = {{"group", intAttr(4)}, {"pads", intsAttr({1, 1, 1, 1})}},
+                     .domain = ir::kKilnDomain};
+  grouped.inputs = {activations({1, 6, 6, 8}, 2410), constantWeights({3, 3, 2, 4}, 2411),
+                    constantWeights({4}, 2412)};
+  grouped.expectTactic = "cudnn";
+  expectConv(grouped);
+
+  CudaOpCase multiplier{.opType = "NhwcConv",
+                        .attributes = {{"group", intAttr(4)}, {"pads", intsAttr({1, 1, 1, 1})}},
+                        .domain = ir::kKilnDomain};
+  multiplier.inputs = {activations({1, 6, 6, 4}, 2420), constantWeights({3, 3, 1, 8}, 2421),
+                       constantWeights({8}, 2422)};
+  multiplier.expectTactic = "cudnn";
+  expectConv(multiplier);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -769,7 +879,7 @@ TEST(CudaNhwcConv, ReducedTypesFromEachSource) {
           SCOPED_TRACE(std::string(t.name) + " " + s.name + " " + source +
                        (constantWeightsOnly ? "" : " runtime weights"));
           CudaOpCase c = nhwcCase(s, "Relu", !constantWeightsOnly, constantWeightsOnly, seed += 4);
-          c.route = std::string("-cuda.conv.source=") + source;
+          c.route = std::string("-cuda.conv.depthwise=source -cuda.conv.source=") + source;
           c = inType(c, t);
           c.expectTactic = std::string(source) == "cudnn" && s.symmetric ? "cudnn" : "kiln.conv";
           expectConv(c, t.tolerance, false);

@@ -155,8 +155,9 @@ TEST(CudaPool, MaxPoolNaNLosesToNumbers) {
                "kiln.pool"));
 }
 
-// MaxPool's Indices output is the GPU's (cases below); integer and float64 MaxPool are the host's.
-TEST(CudaPool, MaxPoolIndicesAreTakenIntegersAndFloat64AreNot) {
+// MaxPool's Indices output and 8-bit MaxPool are the GPU's (cases below); float64 MaxPool is the
+// host's.
+TEST(CudaPool, MaxPoolIndicesAndInt8AreTakenFloat64IsNot) {
   BuilderConfig config;
   ASSERT_TRUE(config.setBuildRoute("").isOk());
   const CudaAttributes attributes = {{"kernel_shape", intsAttr({2, 2})}};
@@ -170,13 +171,35 @@ TEST(CudaPool, MaxPoolIndicesAreTakenIntegersAndFloat64AreNot) {
                         attributes),
       config);
   ASSERT_TRUE(int8.isOk()) << int8.status().toString();
-  EXPECT_EQ(cudaTacticOf(*int8, "MaxPool"), "host.reference");
+  EXPECT_EQ(cudaTacticOf(*int8, "MaxPool"), "kiln.pool");
   auto wide = buildCuda(
       makeSingleOpGraph("MaxPool", {runtime(uniform({1, 2, 4, 4}, 312).castTo(DType::kFloat64))},
                         attributes),
       config);
   ASSERT_TRUE(wide.isOk()) << wide.status().toString();
   EXPECT_EQ(cudaTacticOf(*wide, "MaxPool"), "host.reference");
+}
+
+// ONNX's MaxPool takes int8 and uint8 too: exact, over the full range of each, windows wholly in
+// padding included (the type's lowest value, as the reference).
+TEST(CudaPool, MaxPoolEightBitIntegersEveryWindow) {
+  unsigned seed = 400;
+  for (const Window& w : windows()) {
+    SCOPED_TRACE(w.name);
+    expectCudaMatchesReference(poolCase("MaxPool",
+                                        uniformTensor(w.x, seed++, -128, 127).castTo(DType::kInt8),
+                                        w.attributes, "kiln.pool"));
+    expectCudaMatchesReference(poolCase("MaxPool",
+                                        uniformTensor(w.x, seed++, 0, 255).castTo(DType::kUInt8),
+                                        w.attributes, "kiln.pool"));
+  }
+  // A window wholly in padding.
+  expectCudaMatchesReference(
+      poolCase("MaxPool", uniformTensor({1, 1, 3, 3}, seed, 0, 255).castTo(DType::kUInt8),
+               {{"kernel_shape", intsAttr({2, 2})},
+                {"strides", intsAttr({3, 3})},
+                {"pads", intsAttr({2, 2, 0, 0})}},
+               "kiln.pool"));
 }
 
 // --- MaxPool's Indices ---------------------------------------------------------------------------

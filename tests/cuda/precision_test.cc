@@ -199,7 +199,7 @@ std::vector<PrecisionCase> cases() {
                  "",
                  {"kiln.FusedElementwise"}});
   all.push_back(
-      {"data movement: Transpose, Concat, Slice, Gather, Reshape, Resize",
+      {"data movement: Transpose, Concat, Slice, Gather, Reshape, nearest and linear Resize",
        [] {
          GraphSketch g;
          auto x = g.input("x", {1, 4, 6, 6});
@@ -223,6 +223,12 @@ std::vector<PrecisionCase> cases() {
               g.constant("scales", ir::Tensor::fromVector<float>(ir::Shape{4}, {1, 1, 2, 2}))},
              {{"mode", ir::Attribute{std::string("nearest")}}}, "resize");
          g.output(g.node("Neg", {r}, {}, "neg"));
+         auto linear = g.node(
+             "Resize",
+             {e, "",
+              g.constant("scales2", ir::Tensor::fromVector<float>(ir::Shape{4}, {1, 1, 1.5, 2}))},
+             {{"mode", ir::Attribute{std::string("linear")}}}, "resize_linear");
+         g.output(g.node("Neg", {linear}, {}, "neg_linear"));
          return g.take();
        },
        "-fusion.eltwise_chain=off",

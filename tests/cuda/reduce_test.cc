@@ -280,5 +280,27 @@ TEST(CudaReduce, ArgMaxAndArgMinWithTiesBothWays) {
   }
 }
 
+// Few outputs over a long range (a global pool over NHWC): the range is split over blocks, each
+// split's partial states combined in order; every reducer that splits, in each float type, and
+// integer sums and arg-extrema with ties.
+TEST(CudaReduce, SplitColumnsForFewOutputsOverLongRanges) {
+  unsigned seed = 90;
+  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    SCOPED_TRACE(std::string(ir::dtypeName(dtype)));
+    const Tensor nhwc = uniformTensor({4, 40, 36, 24}, seed++, -2, 2).castTo(dtype);
+    for (const char* op :
+         {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceL2", "ReduceLogSumExp"}) {
+      SCOPED_TRACE(op);
+      expectCudaMatchesReference(reduceCase(op, nhwc, std::vector<int64_t>{1, 2}, 1));
+    }
+  }
+  const Tensor ints = randomInts(DType::kInt64, {6000, 5}, seed++, -9, 9).castTo(DType::kInt32);
+  expectCudaMatchesReference(reduceCase("ReduceSum", ints, std::vector<int64_t>{0}, 0));
+  const Tensor ties = randomInts(DType::kInt64, {9000, 3}, seed++, 0, 4).castTo(DType::kFloat32);
+  for (const char* op : {"ArgMax", "ArgMin"}) {
+    for (int64_t last : {0, 1}) expectCudaMatchesReference(argCase(op, ties, 0, 1, last));
+  }
+}
+
 }  // namespace
 }  // namespace kiln::testing

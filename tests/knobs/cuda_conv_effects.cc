@@ -33,6 +33,29 @@ KILN_KNOB_EFFECT({
         },
 });
 
+// x [2, 16, 10, 10] -> depthwise Conv 3x3 (group 16, pads 1) with a bias; NHWC by default.
+ir::Graph depthwiseConv() {
+  GraphSketch g;
+  g.output(g.node(
+      "Conv", {g.input("x", {2, 16, 10, 10}), g.weight("w", {16, 1, 3, 3}), g.weight("b", {16})},
+      {{"pads", ints({1, 1, 1, 1})}, {"group", ir::Attribute{int64_t{16}}}}, "dw"));
+  return g.take();
+}
+
+KILN_KNOB_EFFECT({
+    .knob = "cuda.conv.depthwise",
+    .value = "source",
+    .shows = "the depthwise convolution runs a cuDNN engine (cuda.conv.source's) instead of "
+             "kiln's depthwise kernel",
+    .backend = "cuda",
+    .graph = depthwiseConv,
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.layer("dw").tactic, "kiln.conv.depthwise");
+          EXPECT_EQ(changed.layer("dw").tactic, "cudnn");
+        },
+});
+
 KILN_KNOB_EFFECT({
     .knob = "cuda.conv.algo",
     .value = "timed",

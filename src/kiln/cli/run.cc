@@ -176,7 +176,11 @@ Status measureCuda(cuda::Plan& plan, const std::vector<ir::Tensor>& inputs,
 int runModel(const RunOptions& options) {
   if (options.backend == "cuda") {
 #if KILN_HAVE_CUDA
-    if (auto device = cuda::currentDevice(); !device.isOk()) return reportError(device.status());
+    // With --dump-ir-after the pass pipeline runs (and prints) on a machine without a GPU too;
+    // the build then stops where it needs the device.
+    if (auto device = cuda::currentDevice(); !device.isOk() && options.dumpIrAfter.empty()) {
+      return reportError(device.status());
+    }
 #else
     return reportError(unsupported(
         "--backend cuda: this kiln was built without the CUDA backend (KILN_CUDA=OFF, or no CUDA "
@@ -283,7 +287,17 @@ int runModel(const RunOptions& options) {
     auto built = buildCuda(std::move(model->graph), *flags);
     if (!built.isOk()) return reportError(built.status());
     cudaBuild.emplace(std::move(built).value());
-    std::printf("device: %s\n", cuda::currentDevice()->summary().c_str());
+    auto device = cuda::currentDevice();
+    if (!device.isOk()) {
+      // Only --dump-ir-after gets here without a GPU: the plan's layers and tactics, then stop.
+      std::printf("plan (%zu layers):\n", cudaBuild->plan.steps().size());
+      for (const auto& step : cudaBuild->plan.steps()) {
+        std::printf("  %-40s %-22s %s\n", step->node->name.c_str(), step->node->opType.c_str(),
+                    step->tactic.c_str());
+      }
+      return reportError(device.status());
+    }
+    std::printf("device: %s\n", device->summary().c_str());
     std::printf("route: %s\n",
                 flags->getBuildRoute().empty() ? "(default)" : flags->getBuildRoute().c_str());
     int onHost = 0;

@@ -106,6 +106,34 @@ std::optional<ir::Tensor> channelBias(const ir::Value& addend, const ir::Value& 
   return doubles.castTo(y.dtype);
 }
 
+// x * Sigmoid(x) as exporters write SiLU: `value` read by exactly a Sigmoid and a Mul of
+// `value` and that Sigmoid's output, which nothing else reads. The (Sigmoid, Mul) pair.
+std::optional<std::pair<ir::Node*, ir::Node*>> matchSilu(const ir::Graph& graph,
+                                                         const ir::Value* value) {
+  if (!value || graph.isGraphOutput(value)) return std::nullopt;
+  const std::vector<ir::Node*> readers = graph.consumers(value);
+  if (readers.size() != 2) return std::nullopt;
+  for (int first = 0; first < 2; ++first) {
+    ir::Node* sigmoid = readers[static_cast<size_t>(first)];
+    ir::Node* mul = readers[static_cast<size_t>(1 - first)];
+    if (!sigmoid->domain.empty() || sigmoid->opType != "Sigmoid" || sigmoid->inputs.size() != 1 ||
+        sigmoid->outputs.size() != 1 || !sigmoid->outputs[0]) {
+      continue;
+    }
+    if (!mul->domain.empty() || mul->opType != "Mul" || mul->inputs.size() != 2 ||
+        mul->outputs.size() != 1 || !mul->outputs[0]) {
+      continue;
+    }
+    const ir::Value* gate = sigmoid->outputs[0];
+    const bool operands = (mul->inputs[0] == value && mul->inputs[1] == gate) ||
+                          (mul->inputs[1] == value && mul->inputs[0] == gate);
+    if (!operands || !onlyFeeds(graph, gate, mul)) continue;
+    if (mul->outputs[0]->dtype != value->dtype || mul->outputs[0]->shape != value->shape) continue;
+    return std::make_pair(sigmoid, mul);
+  }
+  return std::nullopt;
+}
+
 struct ConvChain {
   ir::Node* conv = nullptr;
   ir::Node* biasAdd = nullptr;
@@ -113,6 +141,7 @@ struct ConvChain {
   ir::Node* residualAdd = nullptr;
   ir::Value* residual = nullptr;
   ir::Node* activation = nullptr;
+  ir::Node* sigmoid = nullptr;  // Silu: the Sigmoid whose output the Mul (activation) takes
   std::map<std::string, ir::Attribute> activationAttributes;
   ir::Value* output = nullptr;  // what the fused node writes: the last node's output
   ir::Node* last = nullptr;
@@ -163,6 +192,12 @@ std::optional<ConvChain> matchChain(const ir::Graph& graph, ir::Node& conv,
       chain.last = readers[0];
       chain.output = readers[0]->outputs[0];
     }
+  } else if (auto silu = matchSilu(graph, chain.output)) {
+    chain.sigmoid = silu->first;
+    chain.activation = silu->second;
+    chain.activationAttributes = {{"activation", ir::Attribute{std::string("Silu")}}};
+    chain.last = silu->second;
+    chain.output = silu->second->outputs[0];
   }
   if (!chain.residualAdd && !chain.activation) return std::nullopt;  // nothing worth a new op
   return chain;
@@ -214,7 +249,8 @@ Status fuseConvActivation(ir::Graph& graph, PassContext& context) {
     // Two Convs can match the same residual Add (ResNet's downsample branch: Add(conv3,
     // downsample)); the first in node order takes it, and the other stays as it is.
     bool taken = false;
-    for (const ir::Node* node : {chain.biasAdd, chain.residualAdd, chain.activation}) {
+    for (const ir::Node* node :
+         {chain.biasAdd, chain.residualAdd, chain.sigmoid, chain.activation}) {
       taken |= node && std::find(replaced.begin(), replaced.end(), node) != replaced.end();
     }
     if (taken) continue;
@@ -239,7 +275,7 @@ Status fuseConvActivation(ir::Graph& graph, PassContext& context) {
     fused->outputs = {chain.output};
     chain.output->producer = fused;
     std::string parts = fmt::format("Conv '{}'", conv.name);
-    for (ir::Node* node : {chain.biasAdd, chain.residualAdd, chain.activation}) {
+    for (ir::Node* node : {chain.biasAdd, chain.residualAdd, chain.sigmoid, chain.activation}) {
       if (!node) continue;
       parts += fmt::format(" + {} '{}'", node->opType, node->name);
       replaced.push_back(node);

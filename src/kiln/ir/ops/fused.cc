@@ -16,9 +16,10 @@ namespace {
 
 // The activations the fused ops apply (attribute `activation`; absent means none). Their
 // parameters travel as `activation_alpha` / `activation_beta` (LeakyRelu's alpha, HardSigmoid's
-// alpha and beta, Clip's min and max).
-constexpr std::array<std::string_view, 8> kActivations = {
-    "Relu", "LeakyRelu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Gelu"};
+// alpha and beta, Clip's min and max). Silu is x * Sigmoid(x), which exporters write as that
+// Sigmoid and Mul (torch's SiLU, EfficientNet's swish).
+constexpr std::array<std::string_view, 9> kActivations = {
+    "Relu", "LeakyRelu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Gelu", "Silu"};
 
 Status checkActivation(const InferContext& ctx) {
   const Node& node = ctx.node();

@@ -48,6 +48,8 @@ Status applyActivation(const KernelContext& ctx, std::vector<double>& values) {
     f = [](double x) { return std::tanh(x); };
   } else if (activation == "Gelu") {
     f = [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); };
+  } else if (activation == "Silu") {
+    f = [](double x) { return x / (1 + std::exp(-x)); };
   } else {
     return ctx.unsupportedHere("activation '{}'", activation);
   }

@@ -26,6 +26,7 @@ std::optional<Epilogue> Epilogue::fromNode(const ir::Node& node) {
       {"HardSwish", Activation::kHardSwish, 0, 0},
       {"Tanh", Activation::kTanh, 0, 0},
       {"Gelu", Activation::kGelu, 0, 0},
+      {"Silu", Activation::kSilu, 0, 0},
   };
   for (const Entry& entry : kEntries) {
     if (*name != entry.name) continue;
@@ -76,6 +77,9 @@ void Epilogue::apply(float* data, int64_t count, const float* residual) const {
       for (int64_t i = 0; i < count; ++i) {
         data[i] = 0.5f * data[i] * (1.0f + std::erf(data[i] * 0.70710678118654752f));
       }
+      return;
+    case Activation::kSilu:
+      for (int64_t i = 0; i < count; ++i) data[i] = data[i] / (1.0f + std::exp(-data[i]));
       return;
   }
 }

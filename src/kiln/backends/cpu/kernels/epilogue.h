@@ -20,7 +20,8 @@ class Epilogue {
     kHardSigmoid,
     kHardSwish,
     kTanh,
-    kGelu
+    kGelu,
+    kSilu,  // x * sigmoid(x)
   };
 
   // Reads a FusedConv/FusedGemm node's `activation`, `activation_alpha`, `activation_beta`;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "kiln/backends/cuda/kernels/conv.h"
 #include "kiln/backends/cuda/kernels/device_types.cuh"
@@ -57,6 +58,8 @@ __device__ __forceinline__ float activate(float x, const ConvEpilogue& e) {
       return tanhf(x);
     case ConvActivation::kGelu:
       return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    case ConvActivation::kSilu:
+      return x / (1.0f + expf(-x));
   }
   return x;
 }
@@ -176,6 +179,69 @@ __global__ void convTransposeKernel(ConvGeometry g, const T* __restrict__ x,
   }
 }
 
+// Depthwise NHWC: one thread per output pixel and run of V channels, loaded and stored as one
+// 4-, 8- or 16-byte vector (neighbouring threads take neighbouring runs, so every warp reads and
+// writes contiguous memory); 32-bit indices (the launcher checks every extent fits).
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Vec {
+  T v[V];
+};
+
+template <typename T, int V>
+__global__ void depthwiseNhwcKernel(DepthwiseNhwc d, const T* __restrict__ x,
+                                    const T* __restrict__ w, const T* __restrict__ bias,
+                                    const T* __restrict__ residual, T* __restrict__ y,
+                                    ConvEpilogue epilogue, int total) {
+  // 32-bit copies of the extents (depthwiseNhwcFits checked they fit).
+  const int channels = static_cast<int>(d.channels);
+  const int inH = static_cast<int>(d.inH), inW = static_cast<int>(d.inW);
+  const int outH = static_cast<int>(d.outH), outW = static_cast<int>(d.outW);
+  const int kernelH = static_cast<int>(d.kernelH), kernelW = static_cast<int>(d.kernelW);
+  const int strideH = static_cast<int>(d.strideH), strideW = static_cast<int>(d.strideW);
+  const int dilationH = static_cast<int>(d.dilationH), dilationW = static_cast<int>(d.dilationW);
+  const int padH = static_cast<int>(d.padH), padW = static_cast<int>(d.padW);
+  const int runs = channels / V;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+    const int run = i % runs;
+    int rest = i / runs;
+    const int ow = rest % outW;
+    rest /= outW;
+    const int oh = rest % outH;
+    const int n = rest / outH;
+    const int c = run * V;
+    float sum[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) sum[v] = 0.0f;
+    const T* xImage = x + static_cast<int64_t>(n) * inH * inW * channels + c;
+    for (int kh = 0; kh < kernelH; ++kh) {
+      const int ih = oh * strideH - padH + kh * dilationH;
+      if (ih < 0 || ih >= inH) continue;
+      for (int kw = 0; kw < kernelW; ++kw) {
+        const int iw = ow * strideW - padW + kw * dilationW;
+        if (iw < 0 || iw >= inW) continue;
+        const Vec<T, V> xv =
+            *reinterpret_cast<const Vec<T, V>*>(xImage + (ih * inW + iw) * channels);
+        const Vec<T, V> wv =
+            *reinterpret_cast<const Vec<T, V>*>(w + (kh * kernelW + kw) * channels + c);
+#pragma unroll
+        for (int v = 0; v < V; ++v) sum[v] += load(xv.v[v]) * load(wv.v[v]);
+      }
+    }
+    const int at = i * V;  // y is [N, outH, outW, C], contiguous: run i starts at i * V
+    Vec<T, V> bv{}, rv{}, out;
+    if (bias) bv = *reinterpret_cast<const Vec<T, V>*>(bias + c);
+    if (residual) rv = *reinterpret_cast<const Vec<T, V>*>(residual + at);
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      float value = sum[v];
+      if (bias) value += load(bv.v[v]);
+      if (residual) value += load(rv.v[v]);
+      store(&out.v[v], activate(value, epilogue));
+    }
+    *reinterpret_cast<Vec<T, V>*>(y + at) = out;
+  }
+}
+
 template <typename T>
 __global__ void convEpilogueKernel(T* __restrict__ y, const T* __restrict__ bias,
                                    const T* __restrict__ residual, int64_t count, int64_t channels,
@@ -205,6 +271,23 @@ __global__ void hwioToOhwiKernel(const T* __restrict__ hwio, T* __restrict__ ohw
 
 }  // namespace
 
+bool depthwiseNhwcFits(const DepthwiseNhwc& d) {
+  constexpr int64_t kLimit = int64_t{1} << 31;
+  const int64_t extents[] = {d.batch,   d.channels, d.inH,     d.inW,     d.outH,      d.outW,
+                             d.kernelH, d.kernelW,  d.strideH, d.strideW, d.dilationH, d.dilationW};
+  for (int64_t e : extents) {
+    if (e < 0 || e >= kLimit) return false;
+  }
+  if (d.strideH < 1 || d.strideW < 1 || d.dilationH < 1 || d.dilationW < 1) return false;
+  if (d.padH < 0 || d.padW < 0 || d.padH >= kLimit || d.padW >= kLimit) return false;
+  // Every element index of x, y and w in 32 bits (x's image base is computed in 64), with room
+  // for the grid-stride step past the last output.
+  return d.batch * d.outH * d.outW * d.channels < kLimit / 2 &&
+         d.inH * d.inW * d.channels < kLimit && d.kernelH * d.kernelW * d.channels < kLimit &&
+         d.outH * d.strideH + d.kernelH * d.dilationH < kLimit &&
+         d.outW * d.strideW + d.kernelW * d.dilationW < kLimit;
+}
+
 bool convSupported(ElementType type) {
   return type == ElementType::kFloat32 || type == ElementType::kFloat16 ||
          type == ElementType::kBFloat16;
@@ -222,6 +305,41 @@ cudaError_t launchDirectConv(const ConvGeometry& geometry, ElementType type, con
         geometry, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
         static_cast<const T*>(residual), static_cast<T*>(y), epilogue, total);
     return cudaGetLastError();
+  });
+}
+
+cudaError_t launchDepthwiseNhwc(const DepthwiseNhwc& d, ElementType type, const void* x,
+                                const void* w, const void* bias, const void* residual, void* y,
+                                ConvEpilogue epilogue, cudaStream_t stream) {
+  if (!depthwiseNhwcFits(d)) return cudaErrorInvalidValue;
+  const int64_t pixels = d.batch * d.outH * d.outW;
+  if (pixels == 0 || d.channels == 0) return cudaSuccess;
+  return device::byFloatType(type, [&](auto tag) -> cudaError_t {
+    using T = typename decltype(tag)::type;
+    // The widest run (16 bytes at most) that divides the channels and every pointer's alignment.
+    auto aligned = [&](const void* p, int bytes) {
+      return p == nullptr || reinterpret_cast<uintptr_t>(p) % bytes == 0;
+    };
+    auto launch = [&](auto width) -> cudaError_t {
+      constexpr int V = decltype(width)::value;
+      const int total = static_cast<int>(pixels * (d.channels / V));
+      depthwiseNhwcKernel<T, V><<<static_cast<unsigned>(blocksFor(total)), kThreads, 0, stream>>>(
+          d, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
+          static_cast<const T*>(residual), static_cast<T*>(y), epilogue, total);
+      return cudaGetLastError();
+    };
+    auto fits = [&](int v) {
+      const int bytes = v * static_cast<int>(sizeof(T));
+      return d.channels % v == 0 && aligned(x, bytes) && aligned(w, bytes) &&
+             aligned(bias, bytes) && aligned(residual, bytes) && aligned(y, bytes);
+    };
+    constexpr int kWidest = 16 / static_cast<int>(sizeof(T));
+    if (fits(kWidest)) return launch(std::integral_constant<int, kWidest>{});
+    if constexpr (kWidest >= 4) {
+      if (fits(kWidest / 2)) return launch(std::integral_constant<int, kWidest / 2>{});
+    }
+    if (fits(2)) return launch(std::integral_constant<int, 2>{});
+    return launch(std::integral_constant<int, 1>{});
   });
 }
 

@@ -364,8 +364,9 @@ __global__ void triluKernel(const U* __restrict__ x, U* __restrict__ y, int64_t 
   }
 }
 
-__global__ void resizeInterpolateKernel(ResizeTables r, const float* __restrict__ x,
-                                        float* __restrict__ y, int64_t total) {
+template <typename T>
+__global__ void resizeInterpolateKernel(ResizeTables r, const T* __restrict__ x, T* __restrict__ y,
+                                        int64_t total) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     int64_t base[kMaxMoveRank] = {};
@@ -378,7 +379,7 @@ __global__ void resizeInterpolateKernel(ResizeTables r, const float* __restrict_
       outside = outside || r.offsets[base[a]] < 0;
     }
     if (outside) {
-      y[i] = r.extrapolation;
+      y[i] = device::fromFloat<T>(r.extrapolation);
       continue;
     }
     int64_t tap[kMaxMoveRank] = {};
@@ -390,7 +391,7 @@ __global__ void resizeInterpolateKernel(ResizeTables r, const float* __restrict_
         weight *= r.weights[base[a] + tap[a]];
         source += r.offsets[base[a] + tap[a]];
       }
-      sum += weight * x[source];
+      sum += weight * device::load(x[source]);
       int a = r.rank - 1;
       for (; a >= 0; --a) {
         if (++tap[a] < r.taps[a]) break;
@@ -398,7 +399,7 @@ __global__ void resizeInterpolateKernel(ResizeTables r, const float* __restrict_
       }
       if (a < 0) break;
     }
-    y[i] = sum;
+    y[i] = device::fromFloat<T>(sum);
   }
 }
 
@@ -637,14 +638,18 @@ cudaError_t launchTrilu(const void* x, void* y, int64_t count, int64_t rows, int
   });
 }
 
-cudaError_t launchResizeInterpolate(const ResizeTables& tables, const float* x, float* y,
-                                    cudaStream_t stream) {
+cudaError_t launchResizeInterpolate(const ResizeTables& tables, ElementType type, const void* x,
+                                    void* y, cudaStream_t stream) {
   if (!validRank(tables.rank)) return cudaErrorInvalidValue;
   const int64_t total = productOf(tables.dims, tables.rank);
   if (total <= 0) return cudaSuccess;
   if (tables.rank == 0 || !tables.offsets || !tables.weights) return cudaErrorInvalidValue;
-  resizeInterpolateKernel<<<blocksFor(total), kThreads, 0, stream>>>(tables, x, y, total);
-  return cudaGetLastError();
+  return device::byFloatType(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    resizeInterpolateKernel<T><<<blocksFor(total), kThreads, 0, stream>>>(
+        tables, static_cast<const T*>(x), static_cast<T*>(y), total);
+    return cudaGetLastError();
+  });
 }
 
 }  // namespace kiln::cuda

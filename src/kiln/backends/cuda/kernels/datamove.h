@@ -163,7 +163,7 @@ cudaError_t launchTrilu(const void* x, void* y, int64_t count, int64_t rows, int
 // element sums weight products times source values over the taps' tensor product (the last
 // axis's taps fastest, weights multiplied in axis order, as the reference does). A negative first
 // offset marks a coordinate outside the crop (tf_crop_and_resize): the element is
-// `extrapolation`.
+// `extrapolation`. float32, float16 or bfloat16 data; the sums are float32.
 struct ResizeTables {
   int rank = 0;
   int64_t dims[kMaxMoveRank] = {};
@@ -173,7 +173,7 @@ struct ResizeTables {
   const float* weights = nullptr;    // device memory, beside offsets
   float extrapolation = 0.0f;
 };
-cudaError_t launchResizeInterpolate(const ResizeTables& tables, const float* x, float* y,
-                                    cudaStream_t stream);
+cudaError_t launchResizeInterpolate(const ResizeTables& tables, ElementType type, const void* x,
+                                    void* y, cudaStream_t stream);
 
 }  // namespace kiln::cuda

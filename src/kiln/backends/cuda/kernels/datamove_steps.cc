@@ -819,9 +819,9 @@ bool collapsible(const std::vector<AxisSample>& samples) {
 
 class ResizeInterpolateStep final : public Step {
  public:
-  ResizeInterpolateStep(ResizeTables tables, std::vector<int64_t> offsets,
+  ResizeInterpolateStep(ResizeTables tables, ElementType type, std::vector<int64_t> offsets,
                         std::vector<float> weights)
-      : tables_(tables), offsets_(std::move(offsets)), weights_(std::move(weights)) {}
+      : tables_(tables), type_(type), offsets_(std::move(offsets)), weights_(std::move(weights)) {}
 
   Status prepare(PrepareContext& context) override {
     KILN_ASSIGN_OR_RETURN(tables_.offsets, upload(context, offsets_, "resize offsets"));
@@ -830,14 +830,15 @@ class ResizeInterpolateStep final : public Step {
   }
 
   Status enqueue(const Context& context) const override {
-    KILN_CUDA_CHECK(launchResizeInterpolate(tables_, context.data<float>(*inputs[0]),
-                                            context.data<float>(*outputs[0]), context.stream));
+    KILN_CUDA_CHECK(launchResizeInterpolate(tables_, type_, context.address(*inputs[0]),
+                                            context.address(*outputs[0]), context.stream));
     KILN_CUDA_CHECK_LAUNCH("the interpolating resize");
     return Status::ok();
   }
 
  private:
   ResizeTables tables_;
+  ElementType type_;
   std::vector<int64_t> offsets_;
   std::vector<float> weights_;
 };
@@ -858,8 +859,11 @@ std::unique_ptr<Step> makeResize(const ir::Node& node) {
     if (!(scale > 0) || !std::isfinite(scale)) return nullptr;
   }
   const bool nearest = settings->mode == Interpolation::kNearest;
-  // Interpolation computes in float: float32 only (integers round in the reference).
-  if (!nearest && x->dtype != DType::kFloat32) return nullptr;
+  // Interpolation sums in float32: float32, float16 and bfloat16 data (integers round in the
+  // reference).
+  const bool floating =
+      x->dtype == DType::kFloat32 || x->dtype == DType::kFloat16 || x->dtype == DType::kBFloat16;
+  if (!nearest && !floating) return nullptr;
   const std::vector<int64_t> strides = x->shape.strides();
   std::vector<std::vector<AxisSample>> samples(rank);
   for (size_t a = 0; a < rank; ++a) {
@@ -917,8 +921,8 @@ std::unique_ptr<Step> makeResize(const ir::Node& node) {
       }
     }
   }
-  auto step =
-      std::make_unique<ResizeInterpolateStep>(tables, std::move(offsets), std::move(weights));
+  auto step = std::make_unique<ResizeInterpolateStep>(tables, *elementTypeOf(x->dtype),
+                                                      std::move(offsets), std::move(weights));
   step->tactic = "kiln.resize.interpolate";
   return step;
 }

@@ -57,6 +57,8 @@ __device__ __forceinline__ float activate(float x, int activation, float alpha, 
       return tanhf(x);
     case kGemmActivationGelu:
       return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f));
+    case kGemmActivationSilu:
+      return x / (1.0f + expf(-x));
     default:
       return x;
   }

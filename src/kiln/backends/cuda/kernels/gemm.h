@@ -30,6 +30,7 @@ enum GemmActivation : int {
   kGemmActivationHardSwish,
   kGemmActivationTanh,
   kGemmActivationGelu,  // exact: 0.5 x (1 + erf(x / sqrt 2))
+  kGemmActivationSilu,  // x * sigmoid(x)
 };
 
 // What happens to each product element y(i, j) (alpha already applied) before it is stored:

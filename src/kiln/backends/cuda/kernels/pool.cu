@@ -1,7 +1,8 @@
 // kiln's pooling kernels (pool.h): windowed max (and its indices) and average pooling, one
 // thread per output element, and the global pools (a block per plane for contiguous planes, a
 // thread per plane for channels-last). Float accumulation (float16 and bfloat16 elements are
-// loaded into float and the result rounded once), int64 indices.
+// loaded into float and the result rounded once), int64 indices; windowed max also takes int8 and
+// uint8.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -25,6 +26,17 @@ int64_t blocksFor(int64_t count) {
 using device::load;
 using device::store;
 using device::Tag;
+
+// 8-bit integers (MaxPool only): exact in float, and the maximum is one of the inputs.
+__device__ __forceinline__ float load(int8_t value) { return static_cast<float>(value); }
+__device__ __forceinline__ float load(uint8_t value) { return static_cast<float>(value); }
+// A window wholly in padding has no maximum (-inf): the type's lowest value.
+__device__ __forceinline__ void store(int8_t* at, float value) {
+  *at = static_cast<int8_t>(fmaxf(value, -128.0f));
+}
+__device__ __forceinline__ void store(uint8_t* at, float value) {
+  *at = static_cast<uint8_t>(fmaxf(value, 0.0f));
+}
 
 // Kernel positions k of one axis whose coordinate lands in [-padBegin, in + padEnd): the window's
 // extent in the padded input (ceil_mode windows may reach past it).
@@ -192,12 +204,17 @@ cudaError_t launchWindowPool(const PoolGeometry& geometry, PoolKind kind, Elemen
       geometry.batch * geometry.channels * geometry.out[0] * geometry.out[1] * geometry.out[2];
   if (total <= 0) return cudaSuccess;
   if (indices && kind != PoolKind::kMax) return cudaErrorInvalidValue;
-  return device::byFloatType(type, [&](auto tag) {
+  auto launch = [&](auto tag) {
     using T = typename decltype(tag)::type;
     windowPoolKernel<T><<<static_cast<unsigned>(blocksFor(total)), kThreads, 0, stream>>>(
         geometry, kind, static_cast<const T*>(x), static_cast<T*>(y), indices, columnMajor, total);
     return cudaGetLastError();
-  });
+  };
+  if (type == ElementType::kInt8 || type == ElementType::kUInt8) {
+    if (kind != PoolKind::kMax) return cudaErrorInvalidValue;
+    return type == ElementType::kInt8 ? launch(Tag<int8_t>{}) : launch(Tag<uint8_t>{});
+  }
+  return device::byFloatType(type, launch);
 }
 
 cudaError_t launchGlobalPool(bool average, ElementType type, const void* x, void* y, int64_t batch,

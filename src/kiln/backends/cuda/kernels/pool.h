@@ -37,7 +37,8 @@ struct PoolGeometry {
   bool channelsLast = false;      // threads walk the output channel-fastest (NHWC)
 };
 
-// Whether the kernels below take elements of `type` (float32, float16, bfloat16).
+// Whether the kernels below take elements of `type` (float32, float16, bfloat16; the windowed
+// kernel's max also takes int8 and uint8).
 bool poolSupported(ElementType type);
 
 // One thread per output element. With `indices` (kMax only: int64, laid out as y) each output

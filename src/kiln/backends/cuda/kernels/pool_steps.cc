@@ -191,8 +191,15 @@ std::unique_ptr<Step> makePoolStep(const ir::Node& node, const knobs::Route& /*r
       return nullptr;
     }
   }
-  const std::optional<ElementType> type = floatTypeOf(x->dtype);
-  if (!type || y->dtype != x->dtype || !poolSupported(*type)) return nullptr;
+  std::optional<ElementType> type = floatTypeOf(x->dtype);
+  // ONNX's MaxPool also takes 8-bit integers (the windowed kernel's max is exact for them).
+  if (pool->op == PoolOp::kMax && !pool->nhwc &&
+      (x->dtype == ir::DType::kInt8 || x->dtype == ir::DType::kUInt8)) {
+    type = elementTypeOf(x->dtype);
+  } else if (!type || !poolSupported(*type)) {
+    return nullptr;
+  }
+  if (y->dtype != x->dtype) return nullptr;
   if (x->shape.rank() < 3 || (pool->nhwc && x->shape.rank() != 4)) return nullptr;
   std::unique_ptr<Step> step = pool->op == PoolOp::kGlobalMax || pool->op == PoolOp::kGlobalAverage
                                    ? makeGlobalPoolStep(*pool, *type, x->shape, y->shape)

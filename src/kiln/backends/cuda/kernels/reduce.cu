@@ -26,6 +26,10 @@ constexpr int64_t kWarpRowLimit = 1024;
 // The column kernel's block: 32 neighbouring outputs by 8 slices of the reduced range.
 constexpr int kColumnWidth = 32;
 constexpr int kColumnSlices = 8;
+// Split columns: enough blocks to fill the GPU twice over (132 SMs on the H200), each reducing
+// at least this many elements per output.
+constexpr int64_t kSplitTargetBlocks = 264;
+constexpr int64_t kSplitMinChunk = 512;
 
 unsigned blocksFor(int64_t units) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(units, kMaxBlocks)));
@@ -466,13 +470,72 @@ __global__ void columnsKernel(ReduceGeometry g, R reducer, DoubleMax<T> first, c
   }
 }
 
+// Split columns, for few outputs over a long reduced range (the column kernel would start too
+// few blocks): block (tile, split) reduces its tile's outputs over the split's contiguous chunk of
+// the reduced range into partials[split * outputs + o]; combineSplitsKernel then combines the
+// splits in order. Not for two-pass reducers.
+template <typename R, typename T>
+__global__ void columnsSplitKernel(ReduceGeometry g, R reducer, const T* x,
+                                   typename R::State* partials, int64_t chunk) {
+  using S = typename R::State;
+  __shared__ alignas(16) unsigned char raw[kColumnSlices * kColumnWidth * 16];
+  static_assert(sizeof(S) <= 16, "a reduction state fits 16 bytes");
+  S* partial = reinterpret_cast<S*>(raw);
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kColumnWidth + tx;
+  const int64_t split = blockIdx.y;
+  const bool active = o < g.outputs;
+  const int64_t begin = split * chunk;
+  const int64_t end = begin + chunk < g.reduced ? begin + chunk : g.reduced;
+  S s = reducer.identity();
+  if (active) {
+    const int64_t base = keptOffset(g, o);
+    for (int64_t r = begin + ty; r < end; r += kColumnSlices) {
+      s = reducer.take(s, x[base + reducedOffset(g, r)], r, 0.0);
+    }
+  }
+  partial[ty * kColumnWidth + tx] = s;
+  __syncthreads();
+  if (ty == 0 && active) {
+    S total = partial[tx];
+    for (int slice = 1; slice < kColumnSlices; ++slice) {
+      total = reducer.combine(total, partial[slice * kColumnWidth + tx]);
+    }
+    partials[split * g.outputs + o] = total;
+  }
+}
+
+template <typename R>
+__global__ void combineSplitsKernel(int64_t outputs, R reducer, const typename R::State* partials,
+                                    int64_t splits, typename R::Out* y) {
+  for (int64_t o = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; o < outputs;
+       o += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    typename R::State total = partials[o];
+    for (int64_t split = 1; split < splits; ++split) {
+      total = reducer.combine(total, partials[split * outputs + o]);
+    }
+    y[o] = reducer.finish(total, 0.0);
+  }
+}
+
 template <typename R, typename T>
 cudaError_t launchWith(const ReduceLaunch& launch, const R& reducer, cudaStream_t stream) {
   const ReduceGeometry& g = launch.geometry;
   const T* x = static_cast<const T*>(launch.x);
   auto* y = static_cast<typename R::Out*>(launch.y);
   const DoubleMax<T> first{};
-  if (!g.rows) {
+  const int64_t splits = R::kTwoPass ? 1 : reduceColumnSplits(launch.op, g);
+  if (splits > 1) {
+    if (!launch.workspace) return cudaErrorInvalidValue;
+    auto* partials = static_cast<typename R::State*>(launch.workspace);
+    const int64_t chunk = (g.reduced + splits - 1) / splits;
+    const dim3 grid(static_cast<unsigned>((g.outputs + kColumnWidth - 1) / kColumnWidth),
+                    static_cast<unsigned>(splits));
+    columnsSplitKernel<R, T>
+        <<<grid, dim3(kColumnWidth, kColumnSlices), 0, stream>>>(g, reducer, x, partials, chunk);
+    combineSplitsKernel<R><<<blocksFor((g.outputs + 255) / 256), 256, 0, stream>>>(
+        g.outputs, reducer, partials, splits, y);
+  } else if (!g.rows) {
     const dim3 block(kColumnWidth, kColumnSlices);
     columnsKernel<R, T>
         <<<blocksFor((g.outputs + kColumnWidth - 1) / kColumnWidth), block, 0, stream>>>(
@@ -495,6 +558,20 @@ bool isRealType(ElementType type) {
 }
 
 }  // namespace
+
+int64_t reduceColumnSplits(ReduceOp op, const ReduceGeometry& g) {
+  if (g.rows || g.outputs <= 0 || op == ReduceOp::kLogSumExp) return 1;
+  const int64_t tiles = (g.outputs + kColumnWidth - 1) / kColumnWidth;
+  if (tiles >= kSplitTargetBlocks || tiles > 65535) return 1;
+  const int64_t wanted = (kSplitTargetBlocks + tiles - 1) / tiles;
+  const int64_t most = g.reduced / kSplitMinChunk;  // each chunk at least kSplitMinChunk long
+  return std::max<int64_t>(1, std::min<int64_t>({wanted, most, 65535}));
+}
+
+int64_t reduceWorkspaceBytes(ReduceOp op, const ReduceGeometry& g) {
+  const int64_t splits = reduceColumnSplits(op, g);
+  return splits > 1 ? splits * g.outputs * 16 : 0;
+}
 
 bool reduceUsesWarpRows(const ReduceGeometry& geometry) {
   return geometry.reduced <= kWarpRowLimit;

@@ -10,7 +10,8 @@
 // keptOffset(o) + reducedOffset(r). Where the innermost input axis is reduced, a group of
 // threads (a warp for short groups, a block for long ones) shares each output ("rows"); where it
 // is kept, neighbouring threads take neighbouring outputs and split the reduced range among a
-// few thread rows ("columns"), so reads are coalesced either way.
+// few thread rows ("columns"), so reads are coalesced either way; with few outputs over a long
+// range the range is split over blocks too, in a workspace of partial states combined in order.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -61,10 +62,17 @@ struct ReduceLaunch {
   int blockThreads = 256;        // the row kernel's block: 128, 256 or 512
   const void* x = nullptr;
   void* y = nullptr;
+  void* workspace = nullptr;  // reduceWorkspaceBytes(op, geometry) bytes, 16-aligned
 };
 
 bool reduceSupported(ReduceOp op, ElementType type);
 cudaError_t launchReduce(const ReduceLaunch& launch, cudaStream_t stream);
+
+// Column reductions with few outputs and a long reduced range (global pooling over NHWC, say)
+// split the range over blocks: how many splits (1: none), and the workspace their partial states
+// need (0 without splits).
+int64_t reduceColumnSplits(ReduceOp op, const ReduceGeometry& geometry);
+int64_t reduceWorkspaceBytes(ReduceOp op, const ReduceGeometry& geometry);
 
 // Whether the row kernel gives each output a warp (short reductions) or a whole block.
 bool reduceUsesWarpRows(const ReduceGeometry& geometry);

@@ -70,13 +70,20 @@ class ReduceStep final : public Step {
     ReduceLaunch launch = launch_;
     launch.x = context.address(*inputs[0]);
     launch.y = context.address(*outputs[0]);
+    launch.workspace = context.workspace;
     KILN_CUDA_CHECK(launchReduce(launch, context.stream));
     KILN_CUDA_CHECK_LAUNCH("the reduction");
     return Status::ok();
   }
 
+  int64_t workspaceBytes() const override {
+    return reduceWorkspaceBytes(launch_.op, launch_.geometry);
+  }
+
   std::string detail() const {
     const std::string block = std::to_string(launch_.blockThreads);
+    const int64_t splits = reduceColumnSplits(launch_.op, launch_.geometry);
+    if (splits > 1) return "columns, 32x8 blocks, range split " + std::to_string(splits) + " ways";
     if (!launch_.geometry.rows) return "columns, 32x8 blocks";
     if (reduceUsesWarpRows(launch_.geometry)) {
       return "rows, a warp per output, " + block + "-thread blocks";
