@@ -2,11 +2,14 @@
 // products around the masked row softmax, against the reference executor, over every attribute
 // (scale, transpose_k, nan_to_zero), mask broadcasts, rank 2 to 4, rows of every width the
 // softmax kernel distinguishes (a warp each with 4, 8, 16 or 32 scores a lane; a block each
-// beyond 1024), each product source, and float32, float16 and bfloat16.
+// beyond 1024), each product source, and float32, float16 and bfloat16; then the fused kernel
+// (cuda.attention.kernel=flash, flash_attention.cu) over its head sizes, lengths and masks.
 // (cuda_test_util.h's `if (...) EXPECT_EQ(...)` trips -Wdangling-else; until it has braces.)
 #pragma GCC diagnostic ignored "-Wdangling-else"
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
 #include <string>
 #include <vector>
@@ -237,6 +240,173 @@ TEST(CudaAttention, ReducedPrecisionNoKeys) {
                             {}, ""),
                   type);
   }
+}
+
+// --- cuda.attention.kernel=flash ---------------------------------------------------------------
+
+// The fused kernel (flash_attention.cu): float16 and bfloat16, head sizes 32, 64 and 128, query
+// blocks of 64 rows and key tiles of 64, so lengths below, at and across those (1, 7, 49, 64, 77,
+// 128, 512) exercise full and partial blocks and tiles.
+const std::string kFlashRoute = "-cuda.attention.kernel=flash";
+
+CudaOpCase flashAttention(std::vector<OpInput> inputs, CudaAttributes attributes) {
+  CudaOpCase c = attention(std::move(inputs), std::move(attributes), kFlashRoute);
+  c.expectTactic = "kiln.attention.flash";
+  return c;
+}
+
+// Q [..., sq, d], K (transpose_k) or K', V [..., skv, d], random in [-1, 1] (Q scaled up so the
+// softmax is not flat), and the mask if given.
+std::vector<OpInput> flashInputs(const std::vector<int64_t>& batch, int64_t sq, int64_t skv,
+                                 int64_t d, bool transposeK, unsigned seed) {
+  const Shape k = transposeK ? withBatch(batch, {skv, d}) : withBatch(batch, {d, skv});
+  return {runtimeInput(withBatch(batch, {sq, d}), seed, 3.0f), runtimeInput(k, seed + 1),
+          runtimeInput(withBatch(batch, {skv, d}), seed + 2)};
+}
+
+CudaAttributes flashAttributes(int64_t d, bool transposeK, int nanToZero = 0) {
+  return {{"scale", floatAttr(1.0f / std::sqrt(static_cast<float>(d)))},
+          {"transpose_k", intAttr(transposeK ? 1 : 0)},
+          {"nan_to_zero", intAttr(nanToZero)}};
+}
+
+TEST(CudaAttention, FlashShapes) {
+  struct Lengths {
+    int64_t sq, skv;
+  };
+  const std::vector<Lengths> lengths = {{1, 1},     {7, 7},     {49, 49}, {64, 64}, {77, 77},
+                                        {128, 128}, {512, 512}, {1, 77},  {77, 1},  {49, 128},
+                                        {128, 49},  {7, 512},   {512, 7}};
+  unsigned seed = 800;
+  for (const ReducedType& type : reducedTypes()) {
+    for (const int64_t d : {32, 64, 128}) {
+      for (const Lengths& l : lengths) {
+        // Rank 2 to 4; the long ones with one batch entry to keep the reference quick.
+        const std::vector<int64_t> batch = std::max(l.sq, l.skv) >= 512 ? std::vector<int64_t>{1}
+                                           : l.sq == l.skv              ? std::vector<int64_t>{2, 3}
+                                                                        : std::vector<int64_t>{};
+        for (const bool transposeK : {false, true}) {
+          SCOPED_TRACE("d=" + std::to_string(d) + " sq=" + std::to_string(l.sq) + " skv=" +
+                       std::to_string(l.skv) + " transpose_k=" + std::to_string(transposeK));
+          expectReduced(flashAttention(flashInputs(batch, l.sq, l.skv, d, transposeK, seed += 4),
+                                       flashAttributes(d, transposeK)),
+                        type);
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaAttention, FlashMaskBroadcasts) {
+  // Scores [2, 3, 77, 130]: a full mask, BERT's per-key [B, 1, 1, Skv], GPT-2's per-position
+  // [1, 1, Sq, Skv], one row for all [Skv], and one value per query row [Sq, 1].
+  const std::vector<Shape> masks = {
+      {2, 3, 77, 130}, {2, 1, 1, 130}, {1, 1, 77, 130}, {130}, {77, 1}};
+  unsigned seed = 900;
+  for (const ReducedType& type : reducedTypes()) {
+    for (const Shape& mask : masks) {
+      for (const bool transposeK : {false, true}) {
+        SCOPED_TRACE("mask " + mask.toString() + " transpose_k=" + std::to_string(transposeK));
+        std::vector<OpInput> inputs = flashInputs({2, 3}, 77, 130, 64, transposeK, seed += 5);
+        inputs.push_back(runtimeInput(mask, seed + 3, 3.0f));
+        expectReduced(flashAttention(std::move(inputs), flashAttributes(64, transposeK)), type);
+      }
+    }
+  }
+}
+
+// A causal mask [1, 1, sq, skv]: key j is -inf for query i when j > i + (skv - sq), so the first
+// rows see only the first keys and every later key tile is all -inf for them.
+ir::Tensor causalMask(int64_t sq, int64_t skv) {
+  ir::Tensor mask = uniformTensor({1, 1, sq, skv}, 1000, -1.0f, 0.0f);
+  auto values = mask.mutableData<float>();
+  for (int64_t i = 0; i < sq; ++i) {
+    for (int64_t j = i + (skv - sq) + 1; j < skv; ++j) {
+      values[static_cast<size_t>(i * skv + j)] = -std::numeric_limits<float>::infinity();
+    }
+  }
+  return mask;
+}
+
+TEST(CudaAttention, FlashCausalMask) {
+  struct Case {
+    int64_t sq, skv, d;
+  };
+  unsigned seed = 1100;
+  for (const ReducedType& type : reducedTypes()) {
+    for (const Case& c : std::vector<Case>{
+             {77, 77, 64}, {130, 130, 32}, {512, 512, 64}, {1, 200, 128}, {49, 120, 64}}) {
+      for (const bool transposeK : {false, true}) {
+        SCOPED_TRACE("sq=" + std::to_string(c.sq) + " skv=" + std::to_string(c.skv) +
+                     " d=" + std::to_string(c.d) + " transpose_k=" + std::to_string(transposeK));
+        std::vector<OpInput> inputs = flashInputs({1, 2}, c.sq, c.skv, c.d, transposeK, seed += 4);
+        inputs.push_back({causalMask(c.sq, c.skv), false});
+        expectReduced(flashAttention(std::move(inputs), flashAttributes(c.d, transposeK)), type);
+      }
+    }
+  }
+}
+
+// A mask [70, 100] (two query blocks, two key tiles) with rows 3 and 65 all -inf (NaN, or zeros
+// with nan_to_zero), row 10 -inf over the first key tile only and row 11 over the second only
+// (the running maximum starts at -inf, or later tiles add nothing), and some scattered -inf.
+ir::Tensor maskedRows() {
+  constexpr int64_t kSkv = 100;
+  ir::Tensor mask = uniformTensor({70, kSkv}, 1200, -2.0f, 0.0f);
+  auto values = mask.mutableData<float>();
+  auto set = [&](int64_t i, int64_t from, int64_t to) {
+    for (int64_t j = from; j < to; ++j) {
+      values[static_cast<size_t>(i * kSkv + j)] = -std::numeric_limits<float>::infinity();
+    }
+  };
+  set(3, 0, kSkv);
+  set(65, 0, kSkv);
+  set(10, 0, 64);
+  set(11, 64, kSkv);
+  set(20, 5, 6);
+  set(40, 70, 71);
+  return mask;
+}
+
+TEST(CudaAttention, FlashFullyMaskedRows) {
+  unsigned seed = 1300;
+  for (const ReducedType& type : reducedTypes()) {
+    for (int nanToZero = 0; nanToZero < 2; ++nanToZero) {
+      for (const bool transposeK : {false, true}) {
+        SCOPED_TRACE("nan_to_zero=" + std::to_string(nanToZero) +
+                     " transpose_k=" + std::to_string(transposeK));
+        std::vector<OpInput> inputs = flashInputs({2}, 70, 100, 64, transposeK, seed += 4);
+        inputs.push_back({maskedRows(), false});
+        expectReduced(flashAttention(std::move(inputs), flashAttributes(64, transposeK, nanToZero)),
+                      type);
+      }
+    }
+  }
+}
+
+TEST(CudaAttention, FlashConstantMask) {
+  // The mask as a weight (uploaded with the constants) rather than a runtime input.
+  std::vector<OpInput> inputs = flashInputs({2, 2}, 33, 90, 32, true, 1400);
+  inputs.push_back({uniformTensor({2, 1, 1, 90}, 1404, -4.0f, 0.0f), true});
+  for (const ReducedType& type : reducedTypes()) {
+    expectReduced(flashAttention(inputs, flashAttributes(32, true)), type);
+  }
+}
+
+TEST(CudaAttention, FlashFallsBackToUnfused) {
+  // Asked for flash, nodes the fused kernel does not take run unfused: float32, a head size
+  // outside 32 / 64 / 128, Dv != D, and no keys.
+  auto unfused = [](std::vector<OpInput> inputs) {
+    return attention(std::move(inputs), {{"transpose_k", intAttr(1)}}, kFlashRoute);
+  };
+  expectCudaMatchesReference(unfused(flashInputs({2}, 9, 11, 64, true, 1500)));
+  expectReduced(unfused(flashInputs({2}, 9, 11, 16, true, 1510)), reducedTypes()[0]);
+  expectReduced(unfused({runtimeInput({2, 9, 64}, 1520), runtimeInput({2, 11, 64}, 1521),
+                         runtimeInput({2, 11, 32}, 1522)}),
+                reducedTypes()[0]);
+  expectReduced(unfused({runtimeInput({2, 3, 64}, 1530), runtimeInput({2, 0, 64}, 1531),
+                         runtimeInput({2, 0, 64}, 1532)}),
+                reducedTypes()[1]);
 }
 
 }  // namespace

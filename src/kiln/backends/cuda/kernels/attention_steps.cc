@@ -14,17 +14,39 @@
 // The rows of the scores and of P are padded to 16 bytes (4 floats, 8 halves), so that every row
 // cuBLASLt writes or reads starts 16-byte aligned whatever Skv is (ViT's 197, Swin's 49), as its
 // fastest tensor-core kernels want.
+//
+// Fused (cuda.attention.kernel=flash): flash_attention.cu's one kernel, which keeps the scores in
+// shared memory and never writes them, for float16 / bfloat16 nodes with D == Dv in {32, 64, 128}
+// and at least one query and one key. Tactic "kiln.attention.flash". Any other node asked for
+// flash takes the unfused tactic.
 #include <algorithm>
 #include <optional>
 #include <vector>
 
 #include "kiln/backends/cuda/kernels/attention.h"
+#include "kiln/backends/cuda/kernels/flash_attention.h"
 #include "kiln/backends/cuda/kernels/gemm_steps.h"
 #include "kiln/backends/cuda/kernels/steps.h"
 #include "kiln/ir/op_schema.h"
 #include "kiln/ir/ops/attention.h"
 
 namespace kiln::cuda {
+
+const knobs::Knob kAttentionKernel = knobs::declareKnob({
+    .name = "cuda.attention.kernel",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"unfused", "flash"},
+    .defaultValue = "unfused",
+    .help = "kiln.Attention as two cuBLASLt products around a softmax over float32 scores in the "
+            "workspace (unfused), or as one fused kernel that keeps the scores on chip (flash; "
+            "float16 / bfloat16 with head size 32, 64 or 128 only, other nodes stay unfused)",
+    .backends = {"cuda"},
+    .perNode = true,
+    // flash rounds the unnormalised probabilities to the storage type and sums them in another
+    // order.
+    .changesNumerics = true,
+});
+
 namespace {
 
 constexpr int64_t kAlignment = 256;
@@ -154,6 +176,68 @@ class AttentionStep final : public Step {
   const int64_t* maskOffsets_ = nullptr;  // device copy of g_.maskBatchOffsets
 };
 
+// The fused kernel (flash_attention.h): no workspace, one launch.
+class FlashAttentionStep final : public Step {
+ public:
+  FlashAttentionStep(ir::AttentionGeometry geometry, GemmType type)
+      : g_(std::move(geometry)), type_(type) {
+    tactic = "kiln.attention.flash";
+  }
+
+  Status prepare(PrepareContext& prepare) override {
+    KILN_ASSIGN_OR_RETURN(const DeviceInfo device, currentDevice());
+    if (device.computeMajor < 8) {
+      return internalError(
+          "kiln.attention.flash needs compute capability 8.0 or newer, {} has "
+          "{}.{}; use -cuda.attention.kernel=unfused",
+          device.name, device.computeMajor, device.computeMinor);
+    }
+    if (g_.hasMask) {
+      const int64_t bytes = g_.batch * static_cast<int64_t>(sizeof(int64_t));
+      KILN_ASSIGN_OR_RETURN(std::byte * offsets,
+                            prepare.allocate(bytes, "kiln.Attention's mask offsets"));
+      KILN_CUDA_CHECK(cudaMemcpy(offsets, g_.maskBatchOffsets.data(), static_cast<size_t>(bytes),
+                                 cudaMemcpyHostToDevice));
+      maskOffsets_ = reinterpret_cast<const int64_t*>(offsets);
+    }
+    return cudaStatus(configureFlashAttention(args(prepare.context)),
+                      "the flash attention kernel's shared memory limit");
+  }
+
+  Status enqueue(const Context& context) const override {
+    return cudaStatus(launchFlashAttention(args(context), context.stream),
+                      "the flash attention kernel");
+  }
+
+ private:
+  FlashAttentionArgs args(const Context& context) const {
+    FlashAttentionArgs a;
+    a.q = context.address(*inputs[0]);
+    a.k = context.address(*inputs[1]);
+    a.v = context.address(*inputs[2]);
+    a.y = context.address(*outputs[0]);
+    a.type = type_;
+    a.batch = g_.batch;
+    a.sq = g_.sq;
+    a.skv = g_.skv;
+    a.d = g_.d;
+    a.transposeK = g_.transposeK;
+    a.scale = g_.scale;
+    if (g_.hasMask) {
+      a.mask = context.address(*inputs[3]);
+      a.maskBatchOffsets = maskOffsets_;
+      a.maskRowStride = g_.maskRowStride;
+      a.maskColumnStride = g_.maskColumnStride;
+    }
+    a.nanToZero = g_.nanToZero;
+    return a;
+  }
+
+  const ir::AttentionGeometry g_;
+  const GemmType type_;
+  const int64_t* maskOffsets_ = nullptr;  // device copy of g_.maskBatchOffsets
+};
+
 // The storage type Q, K, V, the mask and the output share, if the products take it.
 std::optional<GemmType> sharedType(const ir::Node& node) {
   if (node.outputs.size() != 1 || !node.outputs[0]) return std::nullopt;
@@ -170,6 +254,11 @@ std::unique_ptr<Step> makeAttentionStep(const ir::Node& node, const knobs::Route
   if (!type) return nullptr;
   auto geometry = ir::attentionGeometry(node);
   if (!geometry.isOk()) return nullptr;
+  const ir::AttentionGeometry& g = *geometry;
+  if (route.value(kAttentionKernel, &node) == "flash" &&
+      flashAttentionSupports(*type, g.d, g.dv, g.batch * g.sq, g.skv)) {
+    return std::make_unique<FlashAttentionStep>(std::move(*geometry), *type);
+  }
   return std::make_unique<AttentionStep>(std::move(*geometry), *type,
                                          productOptionsFor(node, route));
 }

@@ -1,0 +1,51 @@
+// kiln.Attention (src/kiln/ir/ops/attention.h) as one fused kernel (flash_attention.cu): the
+// scores of a block of query rows against a tile of keys at a time, in shared memory only, with a
+// running (online) softmax, so the score matrix is never written to global memory. Float16 and
+// bfloat16 on tensor cores (WMMA, float32 accumulation), head sizes 32, 64 and 128.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kiln/backends/cuda/kernels/gemm.h"  // GemmType
+
+namespace kiln::cuda {
+
+// Y[b] = softmax(scale * Q[b] · K'[b] + mask[b]) · V[b] for every batch entry b < batch, all of
+// `type` (float16 or bfloat16): Q [sq, d]; K' [d, skv] as stored, or K [skv, d] with transposeK;
+// V [skv, d] (Dv == D); Y [sq, d]; every matrix contiguous and row-major, batch entries one after
+// another. The mask (null: none) element of (b, i, j) is mask[maskBatchOffsets[b] + i *
+// maskRowStride + j * maskColumnStride] (strides 0 along broadcast axes; maskBatchOffsets is
+// device memory of `batch` entries). A row whose softmax is NaN in the reference (every score
+// -inf, or a NaN score) gives NaN, or zeros with nanToZero.
+struct FlashAttentionArgs {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* y = nullptr;
+  GemmType type = kGemmFloat16;
+  int64_t batch = 0, sq = 0, skv = 0, d = 0;
+  bool transposeK = false;
+  float scale = 1.0f;
+  const void* mask = nullptr;
+  const int64_t* maskBatchOffsets = nullptr;
+  int64_t maskRowStride = 0, maskColumnStride = 0;
+  bool nanToZero = false;
+};
+
+// Whether the kernel handles this type and head size (Dv == D in {32, 64, 128}, reduced types
+// only) and at least one query and one key; the caller keeps everything else on the unfused path.
+inline bool flashAttentionSupports(GemmType type, int64_t d, int64_t dv, int64_t sq, int64_t skv) {
+  const bool reduced = type == kGemmFloat16 || type == kGemmBFloat16;
+  const bool head = d == dv && (d == 32 || d == 64 || d == 128);
+  return reduced && head && sq >= 1 && skv >= 1;
+}
+
+// Allows the kernel instance `args` picks its shared memory (above 48 KiB for d = 128). Call once
+// per device before the first launch (not a stream operation).
+cudaError_t configureFlashAttention(const FlashAttentionArgs& args);
+
+cudaError_t launchFlashAttention(const FlashAttentionArgs& args, cudaStream_t stream);
+
+}  // namespace kiln::cuda
