@@ -31,13 +31,16 @@ OpInput runtimeInput(Shape shape, unsigned seed, float scale = 1.0f) {
   return {uniformTensor(std::move(shape), seed, -scale, scale), false};
 }
 
+// The unfused tactic's cases name it: cuda.attention.kernel=auto would fuse the short float16 ones.
 CudaOpCase attention(std::vector<OpInput> inputs, CudaAttributes attributes,
                      const std::string& route) {
   CudaOpCase c{.opType = "Attention",
                .inputs = std::move(inputs),
                .attributes = std::move(attributes),
                .domain = ir::kKilnDomain,
-               .route = route,
+               .route = route.find("cuda.attention.kernel") == std::string::npos
+                            ? "-cuda.attention.kernel=unfused " + route
+                            : route,
                .expectTactic = "kiln.attention.unfused"};
   c.rtol = kRtol;
   c.atol = kAtol;
@@ -407,6 +410,23 @@ TEST(CudaAttention, FlashFallsBackToUnfused) {
   expectReduced(unfused({runtimeInput({2, 3, 64}, 1530), runtimeInput({2, 0, 64}, 1531),
                          runtimeInput({2, 0, 64}, 1532)}),
                 reducedTypes()[1]);
+}
+
+// cuda.attention.kernel=auto (the default): flash for float16 / bfloat16 nodes over at most 256
+// keys that it takes, unfused past that and for float32.
+TEST(CudaAttention, AutoFusesShortFloat16Attention) {
+  auto byDefault = [](std::vector<OpInput> inputs, const char* tactic) {
+    CudaOpCase c = attention(std::move(inputs), {{"transpose_k", intAttr(1)}}, "");
+    c.route = "";
+    c.expectTactic = tactic;
+    return c;
+  };
+  expectReduced(byDefault(flashInputs({2}, 40, 256, 64, true, 1600), "kiln.attention.flash"),
+                reducedTypes()[0]);
+  expectReduced(byDefault(flashInputs({2}, 40, 257, 64, true, 1610), "kiln.attention.unfused"),
+                reducedTypes()[0]);
+  expectCudaMatchesReference(
+      byDefault(flashInputs({2}, 9, 11, 64, true, 1620), "kiln.attention.unfused"));
 }
 
 }  // namespace

@@ -399,6 +399,30 @@ TEST(CudaDataMove, GatherFromConstantsAndWithConstantIndices) {
             {{"axis", intAttr(1)}}, "kiln.gather"));
 }
 
+// One constant index (a scalar, or one element) is a strided view: a copy of a contiguous block
+// when the axis is the outermost, a strided gather otherwise; negative indices count from the end.
+TEST(CudaDataMove, GatherOfOneConstantIndexIsAView) {
+  const Tensor data = floats({3, 4, 5, 6}, 64);
+  for (int64_t axis : {0, 1, 2, 3, -1}) {
+    for (int64_t index : {0, 2, -1}) {
+      SCOPED_TRACE("axis " + std::to_string(axis) + " index " + std::to_string(index));
+      expectCudaMatchesReference(exact("Gather",
+                                       {runtime(data), constant(Tensor::scalar<int64_t>(index))},
+                                       {{"axis", intAttr(axis)}}, "kiln.gather.view"));
+      expectCudaMatchesReference(exact("Gather", {runtime(data), constant(ints({index}))},
+                                       {{"axis", intAttr(axis)}}, "kiln.gather.view"));
+    }
+  }
+  // Two-byte elements (moved in wider units where the runs allow) and bool.
+  expectCudaMatchesReference(exact(
+      "Gather",
+      {runtime(dataOf(DType::kFloat16, {3, 2, 4, 8}, 65)), constant(Tensor::scalar<int64_t>(1))},
+      {{"axis", intAttr(1)}}, "kiln.gather.view"));
+  expectCudaMatchesReference(
+      exact("Gather", {runtime(dataOf(DType::kBool, {4, 3}, 66)), constant(ints({-3}))},
+            {{"axis", intAttr(1)}}, "kiln.gather.view"));
+}
+
 TEST(CudaDataMove, GatherWithOutOfRangeConstantIndicesFallsToTheHost) {
   // The reference reports the bad index; the GPU step would not, so there is none.
   BuilderConfig config;

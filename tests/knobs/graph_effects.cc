@@ -104,6 +104,34 @@ KILN_KNOB_EFFECT({
 });
 
 KILN_KNOB_EFFECT({
+    .knob = "graph.concat_slices_to_gather",
+    .value = "off",
+    .shows = "torch.roll as exported (two Slices and a Concat) stays three layers, not one Gather",
+    .graph =
+        [] {
+          GraphSketch g;
+          auto x = g.input("x", {1, 8, 8, 4});
+          auto int64s = [&](const std::string& name, std::vector<int64_t> values) {
+            const auto count = static_cast<int64_t>(values.size());
+            return g.constant(name, ir::Tensor::fromVector<int64_t>(ir::Shape{count}, values));
+          };
+          auto shift = int64s("shift", {3});
+          auto axis = int64s("axis", {1});
+          auto tail = g.node("Slice", {x, shift, int64s("end", {8}), axis}, {}, "tail");
+          auto head = g.node("Slice", {x, int64s("zero", {0}), shift, axis}, {}, "head");
+          g.output(g.node("Concat", {tail, head}, {{"axis", ir::Attribute{int64_t{1}}}}, "roll"));
+          return g.take();
+        },
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.layers.size(), 1u) << base.summary();
+          EXPECT_EQ(base.layer("roll").op, "Gather");
+          EXPECT_EQ(changed.layer("roll").op, "Concat");
+          EXPECT_EQ(changed.layersOf("Slice").size(), 2u) << changed.summary();
+        },
+});
+
+KILN_KNOB_EFFECT({
     .knob = "graph.recognize_layernorm",
     .value = "off",
     .shows = "the exporter's nine-node layer norm stays nine layers",

@@ -21,6 +21,11 @@ Status eliminateNoops(ir::Graph& graph, PassContext& context);
 extern const knobs::Knob kReassociateConstants;
 Status reassociateConstants(ir::Graph& graph, PassContext& context);
 
+// A Concat of Slices of one tensor along one axis (torch.roll as exported) becomes one Gather
+// (concat_slices_to_gather.cc).
+extern const knobs::Knob kConcatSlicesToGather;
+Status concatSlicesToGather(ir::Graph& graph, PassContext& context);
+
 extern const knobs::Knob kEliminateCommonSubexpressions;
 Status eliminateCommonSubexpressions(ir::Graph& graph, PassContext& context);
 // --- end clean-up ---

@@ -20,6 +20,11 @@ const PassInfo kPipeline[] = {
     // After no-op removal (x * 1 * c is x * c already); before CSE, which then compares the
     // combined steps.
     {"reassociate_constants", &kReassociateConstants, reassociateConstants},
+    // After folding, which makes the Slices' starts and ends constants, and no-op removal, which
+    // turns a whole-tensor Slice into the tensor itself (a Concat input it accepts); before CSE,
+    // which could merge equal Slices of two Concats into one Slice with two readers (no longer
+    // absorbable), and which then merges equal Gathers instead; before layout and fusion.
+    {"concat_slices_to_gather", &kConcatSlicesToGather, concatSlicesToGather},
     // After folding and no-op removal, so equal computations read the very same values; before
     // the patterns, so each repeated subgraph is matched and rewritten once.
     {"eliminate_common_subexpressions", &kEliminateCommonSubexpressions,

@@ -968,6 +968,17 @@ std::unique_ptr<Step> makeGather(const ir::Node& node) {
   if (geometry.outer * geometry.indexCount * geometry.inner != out->shape.elementCount()) {
     return nullptr;
   }
+  // One constant index (a scalar, as torch's select exports): a strided view of the data, one
+  // contiguous copy where outer is 1 (ViT's and Swin's q, k, v from the packed projection).
+  if (indices->constant && geometry.indexCount == 1 && geometry.axisSize > 0) {
+    int64_t index = indices->constant->elementAsInt64(0);
+    if (index < 0) index += geometry.axisSize;
+    View view;
+    view.dims = {geometry.outer, geometry.inner};
+    view.strides = {geometry.axisSize * geometry.inner, 1};
+    view.offset = index * geometry.inner;
+    return makeViewStep(node, view, false, "kiln.gather.view");
+  }
   auto step = std::make_unique<GatherStep>(geometry, indices->dtype == DType::kInt64,
                                            elementSizeOf(data->dtype));
   step->tactic = "kiln.gather";
