@@ -99,6 +99,18 @@ ProductShape valuesShape(const ir::AttentionGeometry& g, GemmType type) {
           .lda = rowPitch(g.skv, type)};
 }
 
+// The mask's per-batch-entry offsets (AttentionGeometry::maskBatchOffsets) in device memory the
+// plan keeps, for either tactic's kernel; null without a mask or batch entries.
+Result<const int64_t*> uploadMaskOffsets(PrepareContext& prepare, const ir::AttentionGeometry& g) {
+  if (!g.hasMask || g.batch <= 0) return static_cast<const int64_t*>(nullptr);
+  const int64_t bytes = g.batch * static_cast<int64_t>(sizeof(int64_t));
+  KILN_ASSIGN_OR_RETURN(std::byte * offsets,
+                        prepare.allocate(bytes, "kiln.Attention's mask offsets"));
+  KILN_CUDA_CHECK(cudaMemcpy(offsets, g.maskBatchOffsets.data(), static_cast<size_t>(bytes),
+                             cudaMemcpyHostToDevice));
+  return reinterpret_cast<const int64_t*>(offsets);
+}
+
 class AttentionStep final : public Step {
  public:
   AttentionStep(ir::AttentionGeometry geometry, GemmType type, const ProductOptions& options)
@@ -117,14 +129,7 @@ class AttentionStep final : public Step {
 
   Status prepare(PrepareContext& prepare) override {
     const Context& c = prepare.context;
-    if (g_.hasMask && g_.batch > 0) {
-      const int64_t bytes = g_.batch * static_cast<int64_t>(sizeof(int64_t));
-      KILN_ASSIGN_OR_RETURN(std::byte * offsets,
-                            prepare.allocate(bytes, "kiln.Attention's mask offsets"));
-      KILN_CUDA_CHECK(cudaMemcpy(offsets, g_.maskBatchOffsets.data(), static_cast<size_t>(bytes),
-                                 cudaMemcpyHostToDevice));
-      maskOffsets_ = reinterpret_cast<const int64_t*>(offsets);
-    }
+    KILN_ASSIGN_OR_RETURN(maskOffsets_, uploadMaskOffsets(prepare, g_));
     // The scores and probabilities live in the workspace, which does not exist yet: timing uses
     // scratch for them.
     KILN_RETURN_IF_ERROR(
@@ -201,14 +206,7 @@ class FlashAttentionStep final : public Step {
           "{}.{}; use -cuda.attention.kernel=unfused",
           device.name, device.computeMajor, device.computeMinor);
     }
-    if (g_.hasMask) {
-      const int64_t bytes = g_.batch * static_cast<int64_t>(sizeof(int64_t));
-      KILN_ASSIGN_OR_RETURN(std::byte * offsets,
-                            prepare.allocate(bytes, "kiln.Attention's mask offsets"));
-      KILN_CUDA_CHECK(cudaMemcpy(offsets, g_.maskBatchOffsets.data(), static_cast<size_t>(bytes),
-                                 cudaMemcpyHostToDevice));
-      maskOffsets_ = reinterpret_cast<const int64_t*>(offsets);
-    }
+    KILN_ASSIGN_OR_RETURN(maskOffsets_, uploadMaskOffsets(prepare, g_));
     return cudaStatus(configureFlashAttention(args(prepare.context)),
                       "the flash attention kernel's shared memory limit");
   }

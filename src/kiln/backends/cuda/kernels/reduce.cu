@@ -418,6 +418,17 @@ __global__ void rowsKernel(ReduceGeometry g, R reducer, DoubleMax<T> first, cons
   }
 }
 
+// A column block's partial states of output column tx, combined in slice order.
+template <typename R>
+__device__ typename R::State combineSlices(const R& reducer, const typename R::State* partial,
+                                           int tx) {
+  typename R::State total = partial[tx];
+  for (int slice = 1; slice < kColumnSlices; ++slice) {
+    total = reducer.combine(total, partial[slice * kColumnWidth + tx]);
+  }
+  return total;
+}
+
 // Columns: threadIdx.x takes neighbouring outputs, threadIdx.y a slice of the reduced range; the
 // slices combine in order through shared memory.
 template <typename R, typename T>
@@ -460,13 +471,7 @@ __global__ void columnsKernel(ReduceGeometry g, R reducer, DoubleMax<T> first, c
     __syncthreads();
     partial[ty * kColumnWidth + tx] = s;
     __syncthreads();
-    if (ty == 0 && active) {
-      S total = partial[tx];
-      for (int slice = 1; slice < kColumnSlices; ++slice) {
-        total = reducer.combine(total, partial[slice * kColumnWidth + tx]);
-      }
-      y[o] = reducer.finish(total, shift);
-    }
+    if (ty == 0 && active) y[o] = reducer.finish(combineSlices(reducer, partial, tx), shift);
   }
 }
 
@@ -496,13 +501,7 @@ __global__ void columnsSplitKernel(ReduceGeometry g, R reducer, const T* x,
   }
   partial[ty * kColumnWidth + tx] = s;
   __syncthreads();
-  if (ty == 0 && active) {
-    S total = partial[tx];
-    for (int slice = 1; slice < kColumnSlices; ++slice) {
-      total = reducer.combine(total, partial[slice * kColumnWidth + tx]);
-    }
-    partials[split * g.outputs + o] = total;
-  }
+  if (ty == 0 && active) partials[split * g.outputs + o] = combineSlices(reducer, partial, tx);
 }
 
 template <typename R>
