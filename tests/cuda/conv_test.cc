@@ -262,6 +262,7 @@ std::vector<Activation> activationList() {
       {"HardSwish", {}, false},
       {"Tanh", {}, true},
       {"Gelu", {}, true},
+      {"Silu", {}, true},  // SWISH_FWD, beta 1
   };
 }
 

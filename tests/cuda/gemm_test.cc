@@ -308,6 +308,7 @@ std::vector<ActivationCase> activationCases() {
       {"Tanh", {{"activation", stringAttr("Tanh")}}, false},
       // Exact (erf) Gelu: cuBLASLt's GELU is the tanh approximation, so never fused there.
       {"Gelu", {{"activation", stringAttr("Gelu")}}, false},
+      {"Silu", {{"activation", stringAttr("Silu")}}, false},
   };
 }
 

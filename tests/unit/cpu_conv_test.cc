@@ -303,6 +303,34 @@ TEST(FusedConv, ResidualAndActivationMatchReferenceInBothLayouts) {
   }
 }
 
+// SiLU as exporters write it (Conv, then x * Sigmoid(x)) fuses into the convolution as its
+// "Silu" activation, in both layouts, and matches the chain.
+TEST(FusedConv, SiluFromSigmoidAndMulMatchesReference) {
+  const GraphFactory make = [] {
+    GraphSketch g;
+    auto c = g.node("Conv",
+                    {g.input("x", Shape{2, 6, 7, 5}), g.weight("w", Shape{6, 1, 3, 3}),
+                     g.weight("b", Shape{6})},
+                    {{"pads", ints({1, 1, 1, 1})}, {"group", intAttr(6)}}, "conv");
+    auto s = g.node("Sigmoid", {c}, {}, "sig");
+    g.output(g.node("Mul", {s, c}, {}, "mul"));
+    return g.take();
+  };
+  const std::vector<Tensor> inputs = randomInputs(make(), 6);
+  const std::vector<Tensor> expected = runReference(make, inputs);
+  for (const char* layout : {"nchw", "nhwc"}) {
+    SCOPED_TRACE(layout);
+    const CpuRun run = runCpu(make, fmt::format("-graph.layout={}", layout), inputs);
+    EXPECT_EQ(run.steps.count("sig"), 0u);
+    EXPECT_EQ(run.steps.count("mul"), 0u);
+    ASSERT_NE(run.step("conv"), nullptr);
+    auto activation = run.step("conv")->node->getString("activation", "");
+    ASSERT_TRUE(activation.isOk());
+    EXPECT_EQ(*activation, "Silu");
+    expectClose(run.outputs, expected);
+  }
+}
+
 // Pools in NHWC (through the layout pass) against the reference, over threads.
 TEST(NhwcPools, MatchReference) {
   struct PoolCase {

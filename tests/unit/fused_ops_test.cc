@@ -116,6 +116,17 @@ TEST(FusedConv, EachActivationMatchesItsOnnxOp) {
   }
 }
 
+// Silu has no ONNX op: it is x * Sigmoid(x), as the chain exporters write computes it.
+TEST(FusedConv, SiluIsXTimesSigmoidOfX) {
+  const Tensor x = randomTensor(Shape{1, 2, 6, 6}, 14);
+  const Tensor w = randomTensor(Shape{3, 2, 3, 3}, 15);
+  const Tensor conv = runStep("Conv", {x, w}, kConvAttributes);
+  Attributes attributes = kConvAttributes;
+  attributes["activation"] = stringAttr("Silu");
+  expectClose(runFusedOp("FusedConv", {x, w}, attributes),
+              runStep("Mul", {conv, runStep("Sigmoid", {conv})}));
+}
+
 TEST(FusedConv, ClipBoundsAreAlphaAndBeta) {
   const Tensor x = randomTensor(Shape{1, 2, 6, 6}, 10);
   const Tensor w = randomTensor(Shape{3, 2, 3, 3}, 11);
