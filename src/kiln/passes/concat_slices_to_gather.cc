@@ -13,9 +13,8 @@
 #include <optional>
 #include <unordered_set>
 
-#include "kiln/ir/shape_inference.h"
+#include "kiln/ir/ops/slice.h"
 #include "kiln/passes/passes.h"
-#include "kiln/reference/executor.h"
 
 namespace kiln::passes {
 
@@ -82,36 +81,14 @@ std::optional<SliceParameters> sliceParameters(const ir::Node& slice) {
 }
 
 // The positions a Slice with this start, end and step takes along an axis of `dim` elements, in
-// order. ONNX's clamping (negative indices, out-of-range bounds, negative steps) is the reference
-// kernels' to define: a one-node graph slices the constant 0..dim-1 and shape inference folds it.
-std::optional<std::vector<int64_t>> selectedPositions(int64_t dim, int64_t start, int64_t end,
-                                                      int64_t step) {
-  if (step == 0 || dim <= 0 || dim > ir::kMaxInferenceFoldElements) return std::nullopt;
-  ir::Graph graph;
-  graph.opsetImports[""] = 13;
-  auto constant = [&](const std::string& name, std::vector<int64_t> values) {
-    ir::Value* value = graph.addValue(name);
-    value->constant = ir::Tensor::fromVector<int64_t>(
-        ir::Shape{static_cast<int64_t>(values.size())}, std::move(values));
-    value->dtype = ir::DType::kInt64;
-    value->shape = value->constant->shape();
-    value->hasType = true;
-    value->isInitializer = true;
-    return value;
-  };
-  ir::Node* slice = graph.addNode("Slice");
-  slice->name = "positions";
-  slice->opsetVersion = 13;
-  slice->inputs = {constant("data", iota(dim)), constant("starts", {start}),
-                   constant("ends", {end}), constant("axes", {0}), constant("steps", {step})};
-  ir::Value* out = graph.addValue("selected");
-  out->producer = slice;
-  slice->outputs = {out};
-  graph.outputs = {out};
-  if (!ir::inferShapes(graph, reference::constantEvaluator()).isOk() || !out->constant) {
-    return std::nullopt;
+// order (ONNX's clamping: ir::resolveSliceAxis).
+std::vector<int64_t> selectedPositions(int64_t dim, int64_t start, int64_t end, int64_t step) {
+  const ir::SliceAxis axis = ir::resolveSliceAxis(start, end, step, dim);
+  std::vector<int64_t> positions(static_cast<size_t>(axis.length));
+  for (int64_t k = 0; k < axis.length; ++k) {
+    positions[static_cast<size_t>(k)] = axis.first + k * step;
   }
-  return out->constant->toInt64Vector();
+  return positions;
 }
 
 // The tensor `value` is a Slice of, or null.
@@ -140,12 +117,12 @@ std::optional<std::vector<int64_t>> slicePositions(const ir::Node& slice, const 
     auto listed = ir::normalizeAxis(parameters->axes[i], rank);
     if (!listed.isOk() || !seen.insert(*listed).second) return std::nullopt;
     const int64_t dim = data.shape[*listed];
-    auto selected =
+    if (parameters->steps[i] == 0) return std::nullopt;
+    std::vector<int64_t> selected =
         selectedPositions(dim, parameters->starts[i], parameters->ends[i], parameters->steps[i]);
-    if (!selected) return std::nullopt;
     if (*listed == axis) {
-      positions = std::move(*selected);
-    } else if (*selected != iota(dim)) {
+      positions = std::move(selected);
+    } else if (selected != iota(dim)) {
       return std::nullopt;  // it also cuts another axis: no Gather along one axis does that
     }
   }

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "kiln/ir/op_schema.h"
+#include "kiln/ir/ops/slice.h"
 
 namespace kiln::ir {
 
@@ -398,26 +399,6 @@ Result<SliceRequest> sliceRequest(const InferContext& ctx) {
   return request;
 }
 
-// The number of elements a slice selects along one axis, after ONNX's clamping: a negative
-// start or end counts from the back, then both are clamped into the axis ([0, dim] for positive
-// steps, [-1, dim-1] for negative ones, where -1 means "before the first element").
-int64_t sliceLength(int64_t start, int64_t end, int64_t step, int64_t dim) {
-  if (dim == 0) return 0;
-  if (start < 0) start += dim;
-  if (end < 0) end += dim;
-  if (step > 0) {
-    start = std::clamp<int64_t>(start, 0, dim);
-    end = std::clamp<int64_t>(end, 0, dim);
-    return end > start ? (end - start - 1) / step + 1 : 0;
-  }
-  start = std::clamp<int64_t>(start, 0, dim - 1);
-  end = std::clamp<int64_t>(end, -1, dim - 1);
-  // The step's magnitude as unsigned, since -INT64_MIN does not fit in int64.
-  const uint64_t magnitude = uint64_t{0} - static_cast<uint64_t>(step);
-  return start > end ? static_cast<int64_t>(static_cast<uint64_t>(start - end - 1) / magnitude) + 1
-                     : 0;
-}
-
 Status inferSlice(InferContext& ctx) {
   KILN_ASSIGN_OR_RETURN(SliceRequest request, sliceRequest(ctx));
   const int64_t rank = ctx.inputRank(0);
@@ -425,7 +406,8 @@ Status inferSlice(InferContext& ctx) {
   Shape out = ctx.inputShape(0);
   for (size_t i = 0; i < axes.size(); ++i) {
     if (request.steps[i] == 0) return ctx.error("steps {} contains 0", listText(request.steps));
-    out[axes[i]] = sliceLength(request.starts[i], request.ends[i], request.steps[i], out[axes[i]]);
+    out[axes[i]] =
+        resolveSliceAxis(request.starts[i], request.ends[i], request.steps[i], out[axes[i]]).length;
   }
   ctx.setOutput(0, ctx.inputType(0), std::move(out));
   return Status::ok();

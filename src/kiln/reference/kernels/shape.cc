@@ -6,6 +6,7 @@
 #include <array>
 #include <cstring>
 
+#include "kiln/ir/ops/slice.h"
 #include "kiln/reference/kernel.h"
 #include "kiln/reference/kernels/broadcast.h"
 
@@ -134,12 +135,6 @@ Status runSplit(KernelContext& ctx) {
   return Status::ok();
 }
 
-// The first element a slice reads along an axis of size `dim` (> 0), after ONNX's clamping.
-int64_t sliceStart(int64_t start, int64_t step, int64_t dim) {
-  if (start < 0) start += dim;
-  return step > 0 ? std::clamp<int64_t>(start, 0, dim) : std::clamp<int64_t>(start, 0, dim - 1);
-}
-
 // Slice's starts, axes and steps, from attributes (before opset 10) or inputs; the ends only
 // decide lengths, which the output shape already has.
 struct SliceOrigin {
@@ -174,7 +169,7 @@ Status runSlice(KernelContext& ctx) {
     const int64_t axis = origin.axes[i] < 0 ? origin.axes[i] + rank : origin.axes[i];
     const int64_t dim = in.shape()[axis];
     step[axis] = origin.steps[i];
-    start[axis] = dim == 0 ? 0 : sliceStart(origin.starts[i], origin.steps[i], dim);
+    start[axis] = ir::sliceFirst(origin.starts[i], origin.steps[i], dim);
   }
   const std::vector<int64_t> strides = in.shape().strides();
   gatherElements(in, ctx.output(0), [&](const std::vector<int64_t>& index) {

@@ -16,6 +16,7 @@
 #include "kiln/backends/cuda/kernels/element_type.h"
 #include "kiln/backends/cuda/kernels/steps.h"
 #include "kiln/backends/node_constants.h"
+#include "kiln/ir/ops/slice.h"
 #include "kiln/reference/kernels/resize.h"
 
 namespace kiln::cuda {
@@ -372,16 +373,7 @@ std::unique_ptr<Step> makeSlice(const ir::Node& node) {
   for (size_t i = 0; i < axes.size(); ++i) {
     auto axis = ir::normalizeAxis(axes[i], rank);
     if (!axis.isOk() || steps[i] == 0) return nullptr;
-    const int64_t dim = in[*axis];
-    int64_t first = starts[i];
-    if (dim > 0) {
-      if (first < 0) first += dim;
-      first = steps[i] > 0 ? std::clamp<int64_t>(first, 0, dim)
-                           : std::clamp<int64_t>(first, 0, dim - 1);
-    } else {
-      first = 0;
-    }
-    start[*axis] = first;
+    start[*axis] = ir::sliceFirst(starts[i], steps[i], in[*axis]);
     step[*axis] = steps[i];
   }
   const std::vector<int64_t> strides = in.strides();
