@@ -188,18 +188,19 @@ struct alignas(sizeof(T) * V) Vec {
 };
 
 template <typename T, int V>
-__global__ void depthwiseNhwcKernel(DepthwiseNhwc d, const T* __restrict__ x,
+__global__ void depthwiseNhwcKernel(ConvGeometry g, const T* __restrict__ x,
                                     const T* __restrict__ w, const T* __restrict__ bias,
                                     const T* __restrict__ residual, T* __restrict__ y,
                                     ConvEpilogue epilogue, int total) {
   // 32-bit copies of the extents (depthwiseNhwcFits checked they fit).
-  const int channels = static_cast<int>(d.channels);
-  const int inH = static_cast<int>(d.inH), inW = static_cast<int>(d.inW);
-  const int outH = static_cast<int>(d.outH), outW = static_cast<int>(d.outW);
-  const int kernelH = static_cast<int>(d.kernelH), kernelW = static_cast<int>(d.kernelW);
-  const int strideH = static_cast<int>(d.strideH), strideW = static_cast<int>(d.strideW);
-  const int dilationH = static_cast<int>(d.dilationH), dilationW = static_cast<int>(d.dilationW);
-  const int padH = static_cast<int>(d.padH), padW = static_cast<int>(d.padW);
+  const int channels = static_cast<int>(g.channels);
+  const int inH = static_cast<int>(g.in[1]), inW = static_cast<int>(g.in[2]);
+  const int outH = static_cast<int>(g.out[1]), outW = static_cast<int>(g.out[2]);
+  const int kernelH = static_cast<int>(g.kernel[1]), kernelW = static_cast<int>(g.kernel[2]);
+  const int strideH = static_cast<int>(g.stride[1]), strideW = static_cast<int>(g.stride[2]);
+  const int dilationH = static_cast<int>(g.dilation[1]);
+  const int dilationW = static_cast<int>(g.dilation[2]);
+  const int padH = static_cast<int>(g.padBegin[1]), padW = static_cast<int>(g.padBegin[2]);
   const int runs = channels / V;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
     const int run = i % runs;
@@ -271,21 +272,28 @@ __global__ void hwioToOhwiKernel(const T* __restrict__ hwio, T* __restrict__ ohw
 
 }  // namespace
 
-bool depthwiseNhwcFits(const DepthwiseNhwc& d) {
+bool depthwiseNhwcFits(const ConvGeometry& g) {
   constexpr int64_t kLimit = int64_t{1} << 31;
-  const int64_t extents[] = {d.batch,   d.channels, d.inH,     d.inW,     d.outH,      d.outW,
-                             d.kernelH, d.kernelW,  d.strideH, d.strideW, d.dilationH, d.dilationW};
+  if (!g.channelsLast || g.group != g.channels || g.outChannels != g.channels) return false;
+  if (g.in[0] != 1 || g.out[0] != 1 || g.kernel[0] != 1) return false;  // 2-D only
+  const int64_t extents[] = {g.batch,     g.channels,  g.in[1],       g.in[2],
+                             g.out[1],    g.out[2],    g.kernel[1],   g.kernel[2],
+                             g.stride[1], g.stride[2], g.dilation[1], g.dilation[2]};
   for (int64_t e : extents) {
     if (e < 0 || e >= kLimit) return false;
   }
-  if (d.strideH < 1 || d.strideW < 1 || d.dilationH < 1 || d.dilationW < 1) return false;
-  if (d.padH < 0 || d.padW < 0 || d.padH >= kLimit || d.padW >= kLimit) return false;
+  if (g.stride[1] < 1 || g.stride[2] < 1 || g.dilation[1] < 1 || g.dilation[2] < 1) return false;
+  if (g.padBegin[1] < 0 || g.padBegin[2] < 0 || g.padBegin[1] >= kLimit ||
+      g.padBegin[2] >= kLimit) {
+    return false;
+  }
   // Every element index of x, y and w in 32 bits (x's image base is computed in 64), with room
   // for the grid-stride step past the last output.
-  return d.batch * d.outH * d.outW * d.channels < kLimit / 2 &&
-         d.inH * d.inW * d.channels < kLimit && d.kernelH * d.kernelW * d.channels < kLimit &&
-         d.outH * d.strideH + d.kernelH * d.dilationH < kLimit &&
-         d.outW * d.strideW + d.kernelW * d.dilationW < kLimit;
+  return g.batch * g.out[1] * g.out[2] * g.channels < kLimit / 2 &&
+         g.in[1] * g.in[2] * g.channels < kLimit &&
+         g.kernel[1] * g.kernel[2] * g.channels < kLimit &&
+         g.out[1] * g.stride[1] + g.kernel[1] * g.dilation[1] < kLimit &&
+         g.out[2] * g.stride[2] + g.kernel[2] * g.dilation[2] < kLimit;
 }
 
 bool convSupported(ElementType type) {
@@ -308,12 +316,12 @@ cudaError_t launchDirectConv(const ConvGeometry& geometry, ElementType type, con
   });
 }
 
-cudaError_t launchDepthwiseNhwc(const DepthwiseNhwc& d, ElementType type, const void* x,
+cudaError_t launchDepthwiseNhwc(const ConvGeometry& g, ElementType type, const void* x,
                                 const void* w, const void* bias, const void* residual, void* y,
                                 ConvEpilogue epilogue, cudaStream_t stream) {
-  if (!depthwiseNhwcFits(d)) return cudaErrorInvalidValue;
-  const int64_t pixels = d.batch * d.outH * d.outW;
-  if (pixels == 0 || d.channels == 0) return cudaSuccess;
+  if (!depthwiseNhwcFits(g)) return cudaErrorInvalidValue;
+  const int64_t pixels = g.batch * g.out[1] * g.out[2];
+  if (pixels == 0 || g.channels == 0) return cudaSuccess;
   return device::byFloatType(type, [&](auto tag) -> cudaError_t {
     using T = typename decltype(tag)::type;
     // The widest run (16 bytes at most) that divides the channels and every pointer's alignment.
@@ -322,15 +330,15 @@ cudaError_t launchDepthwiseNhwc(const DepthwiseNhwc& d, ElementType type, const 
     };
     auto launch = [&](auto width) -> cudaError_t {
       constexpr int V = decltype(width)::value;
-      const int total = static_cast<int>(pixels * (d.channels / V));
+      const int total = static_cast<int>(pixels * (g.channels / V));
       depthwiseNhwcKernel<T, V><<<static_cast<unsigned>(blocksFor(total)), kThreads, 0, stream>>>(
-          d, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
+          g, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
           static_cast<const T*>(residual), static_cast<T*>(y), epilogue, total);
       return cudaGetLastError();
     };
     auto fits = [&](int v) {
       const int bytes = v * static_cast<int>(sizeof(T));
-      return d.channels % v == 0 && aligned(x, bytes) && aligned(w, bytes) &&
+      return g.channels % v == 0 && aligned(x, bytes) && aligned(w, bytes) &&
              aligned(bias, bytes) && aligned(residual, bytes) && aligned(y, bytes);
     };
     constexpr int kWidest = 16 / static_cast<int>(sizeof(T));

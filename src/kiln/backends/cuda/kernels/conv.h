@@ -68,23 +68,16 @@ cudaError_t launchDirectConv(const ConvGeometry& geometry, ElementType type, con
                              const void* w, const void* bias, const void* residual, void* y,
                              ConvEpilogue epilogue, cudaStream_t stream);
 
-// A depthwise convolution (group == C == M) in NHWC, 2-D: x [N, inH, inW, C], w [kH, kW, 1, C]
-// (kiln.NhwcConv's HWIO), y and the residual [N, outH, outW, C], bias [C], all contiguous.
-struct DepthwiseNhwc {
-  int64_t batch = 0, channels = 0;
-  int64_t inH = 0, inW = 0, outH = 0, outW = 0;
-  int64_t kernelH = 1, kernelW = 1, strideH = 1, strideW = 1, dilationH = 1, dilationW = 1;
-  int64_t padH = 0, padW = 0;  // at the start; the end pads only shape outH and outW
-};
-
-// Whether launchDepthwiseNhwc takes `d` (positive strides and dilations; every index it forms
-// fits 32 bits).
-bool depthwiseNhwcFits(const DepthwiseNhwc& d);
+// Whether launchDepthwiseNhwc takes `g`: a depthwise convolution (group == C == M) in NHWC,
+// 2-D (depth 1), with contiguous tensors as kiln.NhwcConv has them (x [N, H, W, C], w [kH, kW,
+// 1, C], y and the residual [N, OH, OW, C], bias [C]), positive strides and dilations, and every
+// index the kernel forms within 32 bits.
+bool depthwiseNhwcFits(const ConvGeometry& g);
 
 // y = act(depthwise(x, w) + bias + residual), one thread per output pixel and run of channels
 // (vector loads of up to 16 bytes where the channel count and the pointers allow), float
 // accumulation over the taps in (kh, kw) order. bias and residual may be null.
-cudaError_t launchDepthwiseNhwc(const DepthwiseNhwc& d, ElementType type, const void* x,
+cudaError_t launchDepthwiseNhwc(const ConvGeometry& g, ElementType type, const void* x,
                                 const void* w, const void* bias, const void* residual, void* y,
                                 ConvEpilogue epilogue, cudaStream_t stream);
 

@@ -143,7 +143,7 @@ struct ConvProblem {
   int64_t weightElements = 0;
   std::string shapes;  // "X [..] W [..]": for messages
   // A depthwise NHWC convolution launchDepthwiseNhwc takes (group == C == M, 2-D, contiguous).
-  std::optional<DepthwiseNhwc> depthwise;
+  bool depthwise = false;
 };
 
 // Element strides over (n, c, d, h, w) from the strides of the node's batch, channel and spatial
@@ -291,24 +291,7 @@ std::optional<ConvProblem> readProblem(const ir::Node& node) {
     alignStrides(ys[0], ys[1], tail(ys, 2), g->output, geo.yStrides);
   }
   geo.channelsLast = nhwcConv;
-  if (nhwcConv && geo.group == geo.channels && geo.outChannels == geo.channels && !p.empty) {
-    DepthwiseNhwc d;
-    d.batch = geo.batch;
-    d.channels = geo.channels;
-    d.inH = geo.in[1];
-    d.inW = geo.in[2];
-    d.outH = geo.out[1];
-    d.outW = geo.out[2];
-    d.kernelH = geo.kernel[1];
-    d.kernelW = geo.kernel[2];
-    d.strideH = geo.stride[1];
-    d.strideW = geo.stride[2];
-    d.dilationH = geo.dilation[1];
-    d.dilationW = geo.dilation[2];
-    d.padH = geo.padBegin[1];
-    d.padW = geo.padBegin[2];
-    if (depthwiseNhwcFits(d)) p.depthwise = d;
-  }
+  p.depthwise = !p.empty && depthwiseNhwcFits(geo);
   return p;
 }
 
@@ -1037,8 +1020,8 @@ class ConvStep final : public Step {
           "the transposed convolution kernel");
     }
     if (!useCudnn_ && choice_.depthwise) {
-      return cudaStatus(launchDepthwiseNhwc(*problem_.depthwise, problem_.type, x, w, bias,
-                                            residual, y, problem_.epilogue, context.stream),
+      return cudaStatus(launchDepthwiseNhwc(problem_.geometry, problem_.type, x, w, bias, residual,
+                                            y, problem_.epilogue, context.stream),
                         "the depthwise convolution kernel");
     }
     if (!useCudnn_) {
