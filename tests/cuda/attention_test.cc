@@ -175,7 +175,9 @@ const std::vector<ReducedType>& reducedTypes() {
 
 void expectReduced(CudaOpCase c, const ReducedType& type) {
   SCOPED_TRACE(type.name);
-  for (OpInput& input : c.inputs) input.tensor = input.tensor.castTo(type.dtype);
+  for (OpInput& input : c.inputs) {
+    if (!input.tensor.empty()) input.tensor = input.tensor.castTo(type.dtype);  // not omitted ones
+  }
   c.rtol = type.rtol;
   c.atol = type.atol;
   expectCudaMatchesReference(c);
@@ -427,6 +429,77 @@ TEST(CudaAttention, AutoFusesShortFloat16Attention) {
                 reducedTypes()[0]);
   expectCudaMatchesReference(
       byDefault(flashInputs({2}, 9, 11, 64, true, 1620), "kiln.attention.unfused"));
+}
+
+// --- the heads form (num_heads; the attention_heads pass)
+// -----------------------------------------
+
+// Q [B, Sq, H * D], K [B, Skv, H * D], V [B, Skv, H * Dv] (or packed: Q [B, S, 3 * H * D] alone),
+// every head a column block: the products read with row strides of the whole projection, the
+// unfused tactic loops over the B outer entries, and the fused kernel offsets per head.
+struct HeadsCase {
+  std::string name;
+  int64_t batch, heads, sq, skv, d, dv;
+  bool packed;
+  std::vector<int64_t> mask;  // empty: none
+};
+
+std::vector<OpInput> headsInputs(const HeadsCase& c, unsigned seed) {
+  std::vector<OpInput> inputs;
+  if (c.packed) {
+    inputs = {runtimeInput({c.batch, c.sq, 3 * c.heads * c.d}, seed, 2.0f), OpInput{}, OpInput{}};
+  } else {
+    inputs = {runtimeInput({c.batch, c.sq, c.heads * c.d}, seed, 2.0f),
+              runtimeInput({c.batch, c.skv, c.heads * c.d}, seed + 1),
+              runtimeInput({c.batch, c.skv, c.heads * c.dv}, seed + 2)};
+  }
+  if (!c.mask.empty()) {
+    inputs.push_back(c.mask.size() == 4 && c.mask[2] == c.sq && c.mask[3] == c.skv && c.sq == c.skv
+                         ? OpInput{causalMask(c.sq, c.skv), false}
+                         : runtimeInput(Shape(c.mask), seed + 3, 3.0f));
+  }
+  return inputs;
+}
+
+CudaAttributes headsAttributes(const HeadsCase& c) {
+  return {{"num_heads", intAttr(c.heads)},
+          {"transpose_k", intAttr(1)},
+          {"scale", floatAttr(1.0f / std::sqrt(static_cast<float>(c.d)))}};
+}
+
+TEST(CudaAttention, HeadsFormUnfused) {
+  const std::vector<HeadsCase> cases = {
+      {"separate, Dv != D, Sq != Skv", 2, 3, 7, 9, 8, 6, false, {2, 1, 1, 9}},
+      {"separate, one outer entry", 1, 4, 33, 20, 16, 16, false, {}},
+      {"packed, GPT-2-like causal", 1, 2, 77, 77, 64, 64, true, {1, 1, 77, 77}},
+      {"packed, three outer entries", 3, 2, 12, 12, 8, 8, true, {3, 1, 1, 12}},
+  };
+  unsigned seed = 1600;
+  for (const HeadsCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    for (const std::string& route : kRoutes) {
+      expectCudaMatchesReference(attention(headsInputs(c, seed += 4), headsAttributes(c), route));
+      for (const ReducedType& type : reducedTypes()) {
+        expectReduced(attention(headsInputs(c, seed += 4), headsAttributes(c), route), type);
+      }
+    }
+  }
+}
+
+TEST(CudaAttention, HeadsFormFlash) {
+  const std::vector<HeadsCase> cases = {
+      {"GPT-2: packed, 512 causal", 1, 2, 512, 512, 64, 64, true, {1, 1, 512, 512}},
+      {"packed, two outer entries, per-key mask", 2, 3, 77, 77, 32, 32, true, {2, 1, 1, 77}},
+      {"BERT-like: separate, per-key mask", 2, 2, 128, 128, 64, 64, false, {2, 1, 1, 128}},
+      {"separate, Sq != Skv, head 128", 2, 2, 49, 130, 128, 128, false, {}},
+  };
+  unsigned seed = 1700;
+  for (const HeadsCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    for (const ReducedType& type : reducedTypes()) {
+      expectReduced(flashAttention(headsInputs(c, seed += 4), headsAttributes(c)), type);
+    }
+  }
 }
 
 }  // namespace

@@ -80,6 +80,24 @@ class GraphSketch {
     return out->name;
   }
 
+  // Appends a node with `count` outputs ("<node name>_y0", "_y1", ...); returns their names.
+  std::vector<std::string> nodeOutputs(const std::string& opType,
+                                       const std::vector<std::string>& inputs,
+                                       std::map<std::string, ir::Attribute> attributes,
+                                       const std::string& name, int count) {
+    const std::string first = node(opType, inputs, std::move(attributes), name);
+    ir::Node* added = graph_.findValue(first)->producer;
+    graph_.renameValue(added->outputs[0], name + "_y0");
+    std::vector<std::string> names = {name + "_y0"};
+    for (int i = 1; i < count; ++i) {
+      ir::Value* out = graph_.addValue(name + "_y" + std::to_string(i));
+      out->producer = added;
+      added->outputs.push_back(out);
+      names.push_back(out->name);
+    }
+    return names;
+  }
+
   void output(const std::string& name) {
     ir::Value* value = graph_.findValue(name);
     KILN_CHECK(value != nullptr);

@@ -380,5 +380,136 @@ TEST(CpuAttention, OtherDtypesRunTheReferenceKernel) {
   expectBitwiseEqual(run.outputs[0], (*expected)[0]);
 }
 
+// --- the heads form (num_heads) -----------------------------------------------------------------
+
+Attributes headsAttributes(int64_t heads, float scale) {
+  return {{"num_heads", Attribute{heads}},
+          {"transpose_k", Attribute{int64_t{1}}},
+          {"scale", Attribute{scale}}};
+}
+
+TEST(AttentionSchema, HeadsFormShapes) {
+  // Q [B, Sq, H * D], K [B, Skv, H * D], V [B, Skv, H * Dv] -> [B, Sq, H * Dv].
+  auto separate = inferredShape({{2, 7, 3 * 16}, {2, 9, 3 * 16}, {2, 9, 3 * 5}, {2, 1, 1, 9}},
+                                headsAttributes(3, 0.25f));
+  ASSERT_TRUE(separate.isOk()) << separate.status().message();
+  EXPECT_EQ(*separate, (Shape{2, 7, 15}));
+  // Packed: Q [B, S, 3 * H * D] with K and V omitted.
+  ir::Graph graph =
+      attentionGraph({runtime(Tensor(DType::kFloat32, Shape{2, 5, 3 * 2 * 8})), OpInput{},
+                      OpInput{}, runtime(Tensor(DType::kFloat32, Shape{1, 1, 5, 5}))},
+                     headsAttributes(2, 0.5f));
+  ASSERT_TRUE(ir::inferShapes(graph, nullptr).isOk());
+  EXPECT_EQ(graph.outputs[0]->shape, (Shape{2, 5, 16}));
+  auto g = ir::attentionGeometry(*graph.nodes()[0]);
+  ASSERT_TRUE(g.isOk()) << g.status().message();
+  EXPECT_TRUE(g->packed);
+  EXPECT_EQ(g->batch, 4);
+  EXPECT_EQ(g->heads, 2);
+  EXPECT_EQ(g->d, 8);
+  // Batch entry 3 is outer entry 1, head 1: one S x 48 matrix in, 8 columns along.
+  EXPECT_EQ(g->q.offset(3, 2), 5 * 48 + 8);
+  EXPECT_EQ(g->k.offset(3, 2), 5 * 48 + 16 + 8);
+  EXPECT_EQ(g->v.offset(3, 2), 5 * 48 + 32 + 8);
+  EXPECT_EQ(g->y.offset(3, 2), 5 * 16 + 8);
+  EXPECT_EQ(g->q.rowStride, 48);
+  EXPECT_EQ(g->y.rowStride, 16);
+}
+
+TEST(AttentionSchema, HeadsFormRefusesWhatItCannotRead) {
+  Attributes kPrime = headsAttributes(2, 1.0f);
+  kPrime.erase("transpose_k");
+  expectInferenceError({{1, 4, 8}, {1, 4, 8}, {1, 4, 8}}, kPrime, "needs transpose_k=1");
+  expectInferenceError({{1, 4, 9}, {1, 4, 9}, {1, 4, 8}}, headsAttributes(2, 1.0f),
+                       "whole multiples of H");
+  expectInferenceError({{1, 4, 8}, {1, 4, 6}, {1, 4, 8}}, headsAttributes(2, 1.0f),
+                       "same H * D columns");
+  expectInferenceError({{1, 4, 2, 8}, {1, 4, 8}, {1, 4, 8}}, headsAttributes(2, 1.0f),
+                       "must be [B, S, columns]");
+  expectInferenceError({{1, 4, 8}, {1, 5, 8}, {1, 4, 8}}, headsAttributes(2, 1.0f),
+                       "must be [B, Sq, H * D]");
+  expectInferenceError({{1, 4, 8}, {1, 4, 8}, {1, 4, 8}}, {{"num_heads", Attribute{int64_t{-1}}}},
+                       "must be positive");
+  ir::Graph packed =
+      attentionGraph({runtime(Tensor(DType::kFloat32, Shape{1, 4, 20})), OpInput{}, OpInput{}},
+                     headsAttributes(2, 1.0f));
+  const Status notThree = ir::inferShapes(packed, nullptr);
+  ASSERT_FALSE(notThree.isOk());
+  EXPECT_NE(notThree.message().find("3 * H * D columns"), std::string::npos) << notThree.message();
+  ir::Graph half = attentionGraph({runtime(Tensor(DType::kFloat32, Shape{1, 4, 24})),
+                                   runtime(Tensor(DType::kFloat32, Shape{1, 4, 8})), OpInput{}},
+                                  headsAttributes(2, 1.0f));
+  const Status oneOmitted = ir::inferShapes(half, nullptr);
+  ASSERT_FALSE(oneOmitted.isOk());
+  EXPECT_NE(oneOmitted.message().find("both given or both omitted"), std::string::npos)
+      << oneOmitted.message();
+}
+
+// Columns [first, first + heads * depth) of x [B, S, C] as [B, heads, S, depth].
+Tensor headsOf(const Tensor& x, int64_t first, int64_t heads, int64_t depth) {
+  const int64_t b = x.shape()[0], s = x.shape()[1], c = x.shape()[2];
+  Tensor out(DType::kFloat32, Shape{b, heads, s, depth});
+  auto to = out.mutableData<float>();
+  auto from = x.data<float>();
+  for (int64_t i = 0; i < b; ++i) {
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t r = 0; r < s; ++r) {
+        for (int64_t e = 0; e < depth; ++e) {
+          to[static_cast<size_t>(((i * heads + h) * s + r) * depth + e)] =
+              from[static_cast<size_t>((i * s + r) * c + first + h * depth + e)];
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// The packed heads form equals the plain form on the heads cut out of the packed tensor.
+TEST(AttentionReference, PackedHeadsEqualThePlainFormOnTheirHeads) {
+  const int64_t b = 2, s = 6, heads = 3, d = 4;
+  const Tensor x = randomTensor({b, s, 3 * heads * d}, 31);
+  const Tensor mask = randomTensor({b, 1, 1, s}, 32, -2, 2);
+  auto packed = runSingleOp("Attention", {runtime(x), OpInput{}, OpInput{}, runtime(mask)},
+                            headsAttributes(heads, 0.4f), 1, 1, ir::kKilnDomain);
+  ASSERT_TRUE(packed.isOk()) << packed.status().message();
+  auto plain = runSingleOp("Attention",
+                           {runtime(headsOf(x, 0, heads, d)), runtime(headsOf(x, 12, heads, d)),
+                            runtime(headsOf(x, 24, heads, d)), runtime(mask)},
+                           attentionAttributes(0.4f, true), 1, 1, ir::kKilnDomain);
+  ASSERT_TRUE(plain.isOk()) << plain.status().message();
+  // The heads-form output [B, S, H * D], cut back into heads, is the plain output.
+  expectClose(headsOf((*packed)[0], 0, heads, d), (*plain)[0], 1e-6);
+}
+
+TEST(CpuAttention, HeadsFormMatchesReference) {
+  struct HeadsCase {
+    std::string name;
+    std::vector<OpInput> inputs;
+  };
+  const Tensor mask = randomTensor({2, 1, 1, 9}, 41, -3, 3);
+  const std::vector<HeadsCase> headsCases = {
+      {"packed, per-key mask",
+       {runtime(randomTensor({2, 9, 3 * 3 * 8}, 42)), OpInput{}, OpInput{}, runtime(mask)}},
+      {"separate, Dv != D, Sq != Skv",
+       {runtime(randomTensor({2, 5, 3 * 8}, 43)), runtime(randomTensor({2, 9, 3 * 8}, 44)),
+        runtime(randomTensor({2, 9, 3 * 6}, 45)), runtime(mask)}},
+  };
+  for (const HeadsCase& c : headsCases) {
+    SCOPED_TRACE(c.name);
+    const Attributes attributes = headsAttributes(3, 0.3f);
+    const std::vector<Tensor> values = runtimeInputs(c.inputs);
+    const PlanRun reference =
+        buildAndRun("-cpu.attention.impl=reference", attentionGraph(c.inputs, attributes), values);
+    ASSERT_EQ(reference.outputs.size(), 1u);
+    for (int threads : {1, 2}) {
+      const PlanRun fast = buildAndRun("-cpu.threads=" + std::to_string(threads),
+                                       attentionGraph(c.inputs, attributes), values);
+      ASSERT_EQ(fast.outputs.size(), 1u);
+      EXPECT_EQ(fast.tactics, std::vector<std::string>{"fast.attention"});
+      expectClose(fast.outputs[0], reference.outputs[0], 2e-5);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln::testing

@@ -48,6 +48,10 @@ Status foldTransposeIntoGemm(ir::Graph& graph, PassContext& context);
 
 extern const knobs::Knob kFuseAttention;
 Status fuseAttention(ir::Graph& graph, PassContext& context);
+
+// kiln.Attention reads its heads where the projections wrote them (attention_heads.cc).
+extern const knobs::Knob kAttentionHeads;
+Status attentionHeads(ir::Graph& graph, PassContext& context);
 // --- end pattern recognition ---
 
 // --- fusion (fold_batchnorm.cc, fuse_*.cc) ---

@@ -44,6 +44,9 @@ const PassInfo kPipeline[] = {
     // reads as a 2-D Q*K^T); before fuse_elementwise, which would merge the scale Mul, the mask Add
     // and the Where(IsNaN) into FusedElementwise chains and so hide the pattern.
     {"fuse_attention", &kFuseAttention, fuseAttention},
+    // Right after fuse_attention, on the nodes it made: the Reshape / Transpose pairs around
+    // them go; eliminate_dead_nodes removes what they leave unread.
+    {"attention_heads", &kAttentionHeads, attentionHeads},
     // --- end pattern recognition ---
     // --- fusion ---
     // Before the activation fusions: a BatchNormalization between Conv and Relu hides the pair.

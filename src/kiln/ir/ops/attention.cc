@@ -84,14 +84,18 @@ Status inferAttention(InferContext& ctx) {
 
 }  // namespace
 
-Result<AttentionGeometry> attentionGeometry(const Node& node) {
+namespace {
+
+// A dense operand [..., rows, cols], batch entries one after another.
+AttentionOperand denseOperand(int64_t rows, int64_t cols) {
+  return {.outerStride = rows * cols, .rowStride = cols};
+}
+
+// The plain form: Q [..., Sq, D], K' [..., D, Skv] or K [..., Skv, D], V [..., Skv, Dv].
+Status plainGeometry(const Node& node, AttentionGeometry& geometry) {
   for (size_t i = 0; i < 3; ++i) {
     if (!node.input(i)) return nodeError(node, "input {} (Q, K, V) is required", i);
   }
-  AttentionGeometry geometry;
-  KILN_ASSIGN_OR_RETURN(geometry.scale, node.getFloat("scale", 1.0f));
-  KILN_ASSIGN_OR_RETURN(geometry.transposeK, flagAttribute(node, "transpose_k"));
-  KILN_ASSIGN_OR_RETURN(geometry.nanToZero, flagAttribute(node, "nan_to_zero"));
   const Shape& q = node.inputs[0]->shape;
   const Shape& k = node.inputs[1]->shape;
   const Shape& v = node.inputs[2]->shape;
@@ -124,12 +128,107 @@ Result<AttentionGeometry> attentionGeometry(const Node& node) {
                      geometry.skv, v.toString(), v[rank - 2]);
   }
   geometry.dv = v[rank - 1];
+  geometry.q = denseOperand(geometry.sq, geometry.d);
+  geometry.k = geometry.transposeK ? denseOperand(geometry.skv, geometry.d)
+                                   : denseOperand(geometry.d, geometry.skv);
+  geometry.v = denseOperand(geometry.skv, geometry.dv);
+  geometry.y = denseOperand(geometry.sq, geometry.dv);
   std::vector<int64_t> dims = q.dims();
   dims.back() = geometry.dv;
   geometry.output = Shape(std::move(dims));
+  return Status::ok();
+}
+
+// The heads form (num_heads = H): Q [B, Sq, H * D], K [B, Skv, H * D], V [B, Skv, H * Dv], or
+// packed, Q [B, S, 3 * H * D] alone.
+Status headsGeometry(const Node& node, int64_t heads, AttentionGeometry& geometry) {
+  if (!geometry.transposeK) {
+    return nodeError(node, "num_heads={} needs transpose_k=1 (K [B, Skv, H * D])", heads);
+  }
+  if (!node.input(0)) return nodeError(node, "input 0 (Q) is required");
+  const Shape& q = node.inputs[0]->shape;
+  geometry.heads = heads;
+  geometry.packed = !node.input(1) && !node.input(2);
+  if (!geometry.packed && (!node.input(1) || !node.input(2))) {
+    return nodeError(node, "num_heads={}: K and V are both given or both omitted (packed Q)",
+                     heads);
+  }
+  if (q.rank() != 3) {
+    return nodeError(node, "num_heads={}: Q {} must be [B, S, columns]", heads, q.toString());
+  }
+  const int64_t b = q[0];
+  geometry.batch = b * heads;
+  geometry.sq = q[1];
+  if (geometry.packed) {
+    if (q[2] % (3 * heads) != 0) {
+      return nodeError(node,
+                       "num_heads={} packed (K and V omitted): Q {} must have 3 * H * D columns, "
+                       "{} is not a multiple of {}",
+                       heads, q.toString(), q[2], 3 * heads);
+    }
+    geometry.d = geometry.dv = q[2] / (3 * heads);
+    geometry.skv = geometry.sq;
+    const int64_t width = q[2];
+    const int64_t e = heads * geometry.d;
+    const AttentionOperand column{
+        .outerStride = geometry.sq * width, .headStride = geometry.d, .rowStride = width};
+    geometry.q = column;
+    geometry.k = column;
+    geometry.k.base = e;
+    geometry.v = column;
+    geometry.v.base = 2 * e;
+  } else {
+    const Shape& k = node.inputs[1]->shape;
+    const Shape& v = node.inputs[2]->shape;
+    if (k.rank() != 3 || v.rank() != 3 || k[0] != b || v[0] != b || k[1] != v[1]) {
+      return nodeError(node,
+                       "num_heads={}: Q {}, K {} and V {} must be [B, Sq, H * D], [B, Skv, H * D] "
+                       "and [B, Skv, H * Dv]",
+                       heads, q.toString(), k.toString(), v.toString());
+    }
+    if (q[2] % heads != 0 || v[2] % heads != 0 || k[2] != q[2]) {
+      return nodeError(node,
+                       "num_heads={}: Q {} and K {} must have the same H * D columns and V {} "
+                       "H * Dv, whole multiples of H",
+                       heads, q.toString(), k.toString(), v.toString());
+    }
+    geometry.d = q[2] / heads;
+    geometry.dv = v[2] / heads;
+    geometry.skv = k[1];
+    geometry.q = {.outerStride = geometry.sq * q[2], .headStride = geometry.d, .rowStride = q[2]};
+    geometry.k = {.outerStride = geometry.skv * k[2], .headStride = geometry.d, .rowStride = k[2]};
+    geometry.v = {.outerStride = geometry.skv * v[2], .headStride = geometry.dv, .rowStride = v[2]};
+  }
+  const int64_t yColumns = heads * geometry.dv;
+  geometry.y = {
+      .outerStride = geometry.sq * yColumns, .headStride = geometry.dv, .rowStride = yColumns};
+  geometry.output = Shape({b, geometry.sq, yColumns});
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<AttentionGeometry> attentionGeometry(const Node& node) {
+  AttentionGeometry geometry;
+  KILN_ASSIGN_OR_RETURN(geometry.scale, node.getFloat("scale", 1.0f));
+  KILN_ASSIGN_OR_RETURN(geometry.transposeK, flagAttribute(node, "transpose_k"));
+  KILN_ASSIGN_OR_RETURN(geometry.nanToZero, flagAttribute(node, "nan_to_zero"));
+  KILN_ASSIGN_OR_RETURN(const int64_t heads, node.getInt("num_heads", 0));
+  if (heads < 0) return nodeError(node, "attribute num_heads is {}; it must be positive", heads);
+  if (heads == 0) {
+    KILN_RETURN_IF_ERROR(plainGeometry(node, geometry));
+  } else {
+    KILN_RETURN_IF_ERROR(headsGeometry(node, heads, geometry));
+  }
   if (node.hasInput(3)) {
-    std::vector<int64_t> scores = q.dims();
-    scores.back() = geometry.skv;
+    // The scores: [..., Sq, Skv], or [B, H, Sq, Skv] in the heads form.
+    std::vector<int64_t> scores;
+    if (heads == 0) {
+      scores = node.inputs[0]->shape.dims();
+      scores.back() = geometry.skv;
+    } else {
+      scores = {geometry.batch / heads, heads, geometry.sq, geometry.skv};
+    }
     KILN_RETURN_IF_ERROR(
         placeMask(node, node.inputs[3]->shape, Shape(std::move(scores)), geometry));
   }
@@ -139,7 +238,9 @@ Result<AttentionGeometry> attentionGeometry(const Node& node) {
 void registerAttentionSchemas(OpRegistry& registry) {
   registry.add({.opType = "Attention",
                 .domain = kKilnDomain,
-                .minInputs = 3,
+                // K and V may be omitted in the packed heads form; attentionGeometry says which
+                // inputs each form needs.
+                .minInputs = 1,
                 .maxInputs = 4,
                 .infer = inferAttention});
 }

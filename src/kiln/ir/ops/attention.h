@@ -13,6 +13,15 @@
 // with Where(IsNaN(p), 0, p) after the softmax, so that a fully masked row (all scores -inf)
 // gives zeros instead of NaN; the pass folds that in here.
 //
+// The heads form (`num_heads` H > 0, made by the attention_heads pass): the operands stay in the
+// [B, S, H * D] layout the projections write, with head h in columns [h * D, (h + 1) * D), so
+// that the Reshape / Transpose pairs exporters put around attention go away. Q [B, Sq, H * D];
+// K [B, Skv, H * D] (transpose_k must be 1: K's rows are the keys); V [B, Skv, H * Dv]; the
+// output is [B, Sq, H * Dv]. Packed: with K and V omitted, Q is [B, S, 3 * H * D], the Q, K and
+// V projections side by side along the last axis (Dv = D), as GPT-2's one c_attn product writes
+// them. The scores are [B, H, Sq, Skv], as in the plain form with Q [B, H, Sq, D], and the mask
+// broadcasts to that.
+//
 // The geometry below is shared by shape inference, the reference kernel and the CPU kernel, so
 // the three read the node the same way.
 #pragma once
@@ -25,9 +34,26 @@
 
 namespace kiln::ir {
 
+// Where an operand's matrices lie in its input's elements: the matrix of flat batch entry b
+// (b = outer * heads + head) starts at offset(b), its rows rowStride elements apart, its columns
+// contiguous. K's rows are the keys with transpose_k, else the depth (K' [D, Skv]).
+struct AttentionOperand {
+  int64_t base = 0;  // the packed form's K and V start H * D and 2 * H * D into a row
+  int64_t outerStride = 0, headStride = 0, rowStride = 0;
+
+  int64_t offset(int64_t b, int64_t heads) const {
+    return base + (b / heads) * outerStride + (b % heads) * headStride;
+  }
+};
+
 struct AttentionGeometry {
-  int64_t batch = 1;  // product of the batch dimensions [...]
+  int64_t batch = 1;  // product of the scores' batch dimensions (B * H in the heads form)
   int64_t sq = 0, skv = 0, d = 0, dv = 0;
+  // The heads form's H (1 in the plain form, where each batch entry's matrices are dense and
+  // one after another), and where Q, K, V and the output lie.
+  int64_t heads = 1;
+  bool packed = false;  // K and V are read from input 0 too
+  AttentionOperand q, k, v, y;
   bool transposeK = false;
   float scale = 1.0f;
   bool nanToZero = false;

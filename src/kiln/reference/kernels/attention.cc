@@ -14,24 +14,28 @@ namespace {
 
 Status runAttention(KernelContext& ctx) {
   KILN_ASSIGN_OR_RETURN(const ir::AttentionGeometry g, ir::attentionGeometry(ctx.node()));
+  // The packed heads form reads K and V from input 0 too.
   const std::vector<double> q = readAsDouble(ctx.input(0));
-  const std::vector<double> k = readAsDouble(ctx.input(1));
-  const std::vector<double> v = readAsDouble(ctx.input(2));
+  const std::vector<double> kStore = g.packed ? std::vector<double>() : readAsDouble(ctx.input(1));
+  const std::vector<double> vStore = g.packed ? std::vector<double>() : readAsDouble(ctx.input(2));
+  const std::vector<double>& k = g.packed ? q : kStore;
+  const std::vector<double>& v = g.packed ? q : vStore;
   std::vector<double> mask;
   if (g.hasMask) mask = readAsDouble(ctx.input(3));
-  std::vector<double> y(static_cast<size_t>(g.batch * g.sq * g.dv), 0.0);
+  std::vector<double> y(static_cast<size_t>(g.output.elementCount()), 0.0);
   std::vector<double> row(static_cast<size_t>(g.skv));
   for (int64_t b = 0; b < g.batch; ++b) {
-    const double* qb = q.data() + b * g.sq * g.d;
-    const double* kb = k.data() + b * g.skv * g.d;
-    const double* vb = v.data() + b * g.skv * g.dv;
+    const double* qb = q.data() + g.q.offset(b, g.heads);
+    const double* kb = k.data() + g.k.offset(b, g.heads);
+    const double* vb = v.data() + g.v.offset(b, g.heads);
     for (int64_t i = 0; i < g.sq; ++i) {
       double max = -std::numeric_limits<double>::infinity();
       for (int64_t j = 0; j < g.skv; ++j) {
         double dot = 0;
         for (int64_t e = 0; e < g.d; ++e) {
-          // K' [D, Skv] holds (e, j) at e * Skv + j; K [Skv, D] holds it at j * D + e.
-          dot += qb[i * g.d + e] * kb[g.transposeK ? j * g.d + e : e * g.skv + j];
+          // K' [D, Skv] holds (e, j) in row e, column j; K [Skv, D] in row j, column e.
+          dot += qb[i * g.q.rowStride + e] *
+                 kb[g.transposeK ? j * g.k.rowStride + e : e * g.k.rowStride + j];
         }
         double score = g.scale * dot;
         if (g.hasMask) {
@@ -48,11 +52,11 @@ Status runAttention(KernelContext& ctx) {
         value = std::exp(value - max);
         sum += value;
       }
-      double* out = y.data() + (b * g.sq + i) * g.dv;
+      double* out = y.data() + g.y.offset(b, g.heads) + i * g.y.rowStride;
       for (int64_t j = 0; j < g.skv; ++j) {
         double p = row[static_cast<size_t>(j)] / sum;
         if (g.nanToZero && std::isnan(p)) p = 0;
-        for (int64_t e = 0; e < g.dv; ++e) out[e] += p * vb[j * g.dv + e];
+        for (int64_t e = 0; e < g.dv; ++e) out[e] += p * vb[j * g.v.rowStride + e];
       }
     }
   }

@@ -135,10 +135,12 @@ class AttentionStep : public Step {
     while (static_cast<int64_t>(scratch_.size()) < chunks) {
       scratch_.push_back(std::make_unique<ChunkScratch>(blockRows_ * ldScores_));
     }
+    // The packed heads form reads K and V from input 0 too.
+    const float* q = context.data<float>(*inputs[0]);
     const Operands operands{
-        .q = context.data<float>(*inputs[0]),
-        .k = context.data<float>(*inputs[1]),
-        .v = context.data<float>(*inputs[2]),
+        .q = q,
+        .k = g_.packed ? q : context.data<float>(*inputs[1]),
+        .v = g_.packed ? q : context.data<float>(*inputs[2]),
         .mask = g_.hasMask ? context.data<float>(*inputs[3]) : nullptr,
         .y = context.data<float>(*outputs[0]),
     };
@@ -188,10 +190,10 @@ class AttentionStep : public Step {
            .n = g_.skv,
            .k = g_.d,
            .alpha = g_.scale,
-           .a = x.q + (b * g_.sq + r0) * g_.d,
-           .lda = g_.d,
-           .b = x.k + b * g_.skv * g_.d,
-           .ldb = g_.transposeK ? g_.d : g_.skv,
+           .a = x.q + g_.q.offset(b, g_.heads) + r0 * g_.q.rowStride,
+           .lda = g_.q.rowStride,
+           .b = x.k + g_.k.offset(b, g_.heads),
+           .ldb = g_.k.rowStride,
            .c = scores,
            .ldc = ldScores_},
           scratch.serial);
@@ -208,10 +210,10 @@ class AttentionStep : public Step {
            .k = g_.skv,
            .a = scores,
            .lda = ldScores_,
-           .b = x.v + b * g_.skv * g_.dv,
-           .ldb = g_.dv,
-           .c = x.y + (b * g_.sq + r0) * g_.dv,
-           .ldc = g_.dv},
+           .b = x.v + g_.v.offset(b, g_.heads),
+           .ldb = g_.v.rowStride,
+           .c = x.y + g_.y.offset(b, g_.heads) + r0 * g_.y.rowStride,
+           .ldc = g_.y.rowStride},
           scratch.serial);
   }
 

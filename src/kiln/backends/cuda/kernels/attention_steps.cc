@@ -68,20 +68,34 @@ int64_t rowPitch(int64_t skv, GemmType type) {
   return (skv + perPack - 1) / perPack * perPack;
 }
 
+// The products run over `heads` batch entries at a time (all of them in the plain form, where
+// heads is 1 and the entries are dense, one after another; one outer entry's H heads, a column
+// block each, in the heads form). strideOf is an operand's step from one entry of a product's
+// batch to the next.
+int64_t productBatch(const ir::AttentionGeometry& g) { return g.heads == 1 ? g.batch : g.heads; }
+int64_t productCount(const ir::AttentionGeometry& g) {
+  return g.heads == 1 ? 1 : g.batch / g.heads;
+}
+int64_t strideOf(const ir::AttentionGeometry& g, const ir::AttentionOperand& o) {
+  return g.heads == 1 ? o.outerStride : o.headStride;
+}
+
 // scores[b] = scale * Q[b] · K'[b]: Q [Sq, D]; K' [D, Skv] as stored, or K [Skv, D] transposed.
-// The scores are float32 whatever the operands' type.
+// The scores are float32 whatever the operands' type, dense in the workspace.
 ProductShape scoresShape(const ir::AttentionGeometry& g, GemmType type) {
   return {.m = g.sq,
           .n = g.skv,
           .k = g.d,
           .transB = g.transposeK,
           .alpha = g.scale,
-          .batch = g.batch,
-          .strideA = g.sq * g.d,
-          .strideB = g.skv * g.d,
+          .batch = productBatch(g),
+          .strideA = strideOf(g, g.q),
+          .strideB = strideOf(g, g.k),
           .strideC = g.sq * rowPitch(g.skv, kGemmFloat32),
           .inputType = type,
           .outputType = kGemmFloat32,
+          .lda = g.q.rowStride,
+          .ldb = g.k.rowStride,
           .ldc = rowPitch(g.skv, kGemmFloat32)};
 }
 
@@ -90,13 +104,33 @@ ProductShape valuesShape(const ir::AttentionGeometry& g, GemmType type) {
   return {.m = g.sq,
           .n = g.dv,
           .k = g.skv,
-          .batch = g.batch,
+          .batch = productBatch(g),
           .strideA = g.sq * rowPitch(g.skv, type),
-          .strideB = g.skv * g.dv,
-          .strideC = g.sq * g.dv,
+          .strideB = strideOf(g, g.v),
+          .strideC = strideOf(g, g.y),
           .inputType = type,
           .outputType = type,
-          .lda = rowPitch(g.skv, type)};
+          .lda = rowPitch(g.skv, type),
+          .ldb = g.v.rowStride,
+          .ldc = g.y.rowStride};
+}
+
+// Q, K and V's device addresses (the packed heads form's K and V are in input 0), each at its
+// first matrix.
+struct Operands {
+  const std::byte* q;
+  const std::byte* k;
+  const std::byte* v;
+  std::byte* y;
+};
+
+Operands operandsOf(const Context& c, const Step& step, const ir::AttentionGeometry& g) {
+  const int64_t size = ir::dtypeSize(step.outputs[0]->dtype);
+  const std::byte* q = c.address(*step.inputs[0]);
+  const std::byte* k = g.packed ? q : c.address(*step.inputs[1]);
+  const std::byte* v = g.packed ? q : c.address(*step.inputs[2]);
+  return {q + g.q.base * size, k + g.k.base * size, v + g.v.base * size,
+          c.address(*step.outputs[0]) + g.y.base * size};
 }
 
 // The mask's per-batch-entry offsets (AttentionGeometry::maskBatchOffsets) in device memory the
@@ -132,11 +166,9 @@ class AttentionStep final : public Step {
     KILN_ASSIGN_OR_RETURN(maskOffsets_, uploadMaskOffsets(prepare, g_));
     // The scores and probabilities live in the workspace, which does not exist yet: timing uses
     // scratch for them.
-    KILN_RETURN_IF_ERROR(
-        scores_.prepare(prepare, c.address(*inputs[0]), c.address(*inputs[1]), nullptr, nullptr));
-    KILN_RETURN_IF_ERROR(
-        values_.prepare(prepare, nullptr, c.address(*inputs[2]), c.address(*outputs[0]), nullptr));
-    return Status::ok();
+    const Operands x = operandsOf(c, *this, g_);
+    KILN_RETURN_IF_ERROR(scores_.prepare(prepare, x.q, x.k, nullptr, nullptr));
+    return values_.prepare(prepare, nullptr, x.v, x.y, nullptr);
   }
 
   // [scores (float32) | probabilities (reduced types only) | cuBLASLt's workspace].
@@ -156,8 +188,18 @@ class AttentionStep final : public Step {
     const int64_t ltOffset = scoresBytes_ + probabilitiesBytes_;
     std::byte* ltWorkspace = context.workspace ? context.workspace + ltOffset : nullptr;
     const int64_t ltBytes = context.workspaceBytes - ltOffset;
-    KILN_RETURN_IF_ERROR(scores_.enqueue(context, ltWorkspace, ltBytes, context.address(*inputs[0]),
-                                         context.address(*inputs[1]), scores, nullptr));
+    // The heads form: one pair of products per outer batch entry, whose H heads are the
+    // products' batch.
+    const Operands x = operandsOf(context, *this, g_);
+    const int64_t size = gemmTypeBytes(type_);
+    const int64_t count = productCount(g_);
+    const int64_t scoresStep = g_.heads * g_.sq * rowPitch(g_.skv, kGemmFloat32);
+    const int64_t probabilitiesStep = g_.heads * g_.sq * rowPitch(g_.skv, type_);
+    for (int64_t o = 0; o < count; ++o) {
+      KILN_RETURN_IF_ERROR(
+          scores_.enqueue(context, ltWorkspace, ltBytes, x.q + o * g_.q.outerStride * size,
+                          x.k + o * g_.k.outerStride * size, scores + o * scoresStep, nullptr));
+    }
     AttentionSoftmaxArgs softmax;
     softmax.scores = scores;
     softmax.probabilities = probabilities;
@@ -176,8 +218,13 @@ class AttentionStep final : public Step {
     softmax.nanToZero = g_.nanToZero;
     KILN_RETURN_IF_ERROR(
         cudaStatus(launchAttentionSoftmax(softmax, context.stream), "the attention softmax"));
-    return values_.enqueue(context, ltWorkspace, ltBytes, probabilities,
-                           context.address(*inputs[2]), context.address(*outputs[0]), nullptr);
+    for (int64_t o = 0; o < count; ++o) {
+      KILN_RETURN_IF_ERROR(values_.enqueue(
+          context, ltWorkspace, ltBytes,
+          static_cast<std::byte*>(probabilities) + o * probabilitiesStep * size,
+          x.v + o * g_.v.outerStride * size, x.y + o * g_.y.outerStride * size, nullptr));
+    }
+    return Status::ok();
   }
 
  private:
@@ -219,10 +266,20 @@ class FlashAttentionStep final : public Step {
  private:
   FlashAttentionArgs args(const Context& context) const {
     FlashAttentionArgs a;
-    a.q = context.address(*inputs[0]);
-    a.k = context.address(*inputs[1]);
-    a.v = context.address(*inputs[2]);
-    a.y = context.address(*outputs[0]);
+    const Operands x = operandsOf(context, *this, g_);
+    a.q = x.q;
+    a.k = x.k;
+    a.v = x.v;
+    a.y = x.y;
+    a.heads = g_.heads;
+    auto layout = [](const ir::AttentionOperand& o) {
+      return FlashOperand{
+          .outerStride = o.outerStride, .headStride = o.headStride, .rowStride = o.rowStride};
+    };
+    a.qLayout = layout(g_.q);
+    a.kLayout = layout(g_.k);
+    a.vLayout = layout(g_.v);
+    a.yLayout = layout(g_.y);
     a.type = type_;
     a.batch = g_.batch;
     a.sq = g_.sq;

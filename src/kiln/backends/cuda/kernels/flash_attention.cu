@@ -127,6 +127,10 @@ __device__ __forceinline__ bool aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
 }
 
+__device__ __forceinline__ int64_t offsetOf(const FlashOperand& o, int64_t outer, int64_t head) {
+  return outer * o.outerStride + head * o.headStride;
+}
+
 template <typename T, int D, bool kTransposeK>
 __device__ __forceinline__ void flashAttention(const FlashAttentionArgs& args) {
   using L = Layout<D, kTransposeK>;
@@ -150,18 +154,25 @@ __device__ __forceinline__ void flashAttention(const FlashAttentionArgs& args) {
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
 
-  const T* q = static_cast<const T*>(args.q) + b * args.sq * D;
-  const T* k = static_cast<const T*>(args.k) + b * args.skv * D;
-  const T* v = static_cast<const T*>(args.v) + b * args.skv * D;
-  T* y = static_cast<T*>(args.y) + b * args.sq * D;
-  // Block-uniform: every thread takes the same branch of loadTile.
-  const bool vectorized =
-      aligned16(args.q) && aligned16(args.k) && aligned16(args.v) && aligned16(args.y);
-  const bool vectorizedK = vectorized && (kTransposeK || args.skv % 8 == 0);
+  const int64_t outer = b / args.heads;
+  const int64_t head = b - outer * args.heads;
+  const T* q = static_cast<const T*>(args.q) + offsetOf(args.qLayout, outer, head);
+  const T* k = static_cast<const T*>(args.k) + offsetOf(args.kLayout, outer, head);
+  const T* v = static_cast<const T*>(args.v) + offsetOf(args.vLayout, outer, head);
+  T* y = static_cast<T*>(args.y) + offsetOf(args.yLayout, outer, head);
+  const int64_t ldQ = args.qLayout.rowStride;
+  const int64_t ldK = args.kLayout.rowStride;
+  const int64_t ldV = args.vLayout.rowStride;
+  const int64_t ldY = args.yLayout.rowStride;
+  // Block-uniform: every thread takes the same branch of loadTile. 16-byte vectors need every
+  // matrix origin and row 16-byte aligned.
+  const bool vectorized = aligned16(q) && aligned16(k) && aligned16(v) && aligned16(y) &&
+                          ldQ % 8 == 0 && ldV % 8 == 0 && ldY % 8 == 0;
+  const bool vectorizedK = vectorized && ldK % 8 == 0;
 
   // The Q block, through the scratch, into each warp's A fragments (kept for every tile).
   const int queries = static_cast<int>(args.sq - q0 < kBlockRows ? args.sq - q0 : kBlockRows);
-  loadTile<T, kBlockRows, D>(sQ, L::kLdQ, q + q0 * D, D, queries, D, vectorized);
+  loadTile<T, kBlockRows, D>(sQ, L::kLdQ, q + q0 * ldQ, ldQ, queries, D, vectorized);
   __syncthreads();
   AFragment qFragments[D / kFrag];
 #pragma unroll
@@ -194,11 +205,13 @@ __device__ __forceinline__ void flashAttention(const FlashAttentionArgs& args) {
     const int keys = static_cast<int>(args.skv - key0 < kKeys ? args.skv - key0 : kKeys);
     __syncthreads();  // the previous tile's K and V (and, first, the Q block) are read
     if constexpr (kTransposeK) {
-      loadTile<T, kKeys, D>(sK, L::kLdK, k + key0 * D, D, keys, D, vectorizedK);
+      loadTile<T, kKeys, D>(sK, L::kLdK, k + key0 * ldK, ldK, keys, D, vectorizedK);
     } else {
-      loadTile<T, D, kKeys>(sK, L::kLdK, k + key0, args.skv, D, keys, vectorizedK);
+      // K' [d][keys]: a tile's rows start key0 into each row; 16-byte vectors need key0 and the
+      // keys in whole vectors.
+      loadTile<T, D, kKeys>(sK, L::kLdK, k + key0, ldK, D, keys, vectorizedK && keys % 8 == 0);
     }
-    loadTile<T, kKeys, D>(sV, L::kLdV, v + key0 * D, D, keys, D, vectorized);
+    loadTile<T, kKeys, D>(sV, L::kLdV, v + key0 * ldV, ldV, keys, D, vectorized);
     __syncthreads();
     // A warp whose rows are all past sq skips the work but still meets every barrier. Then the
     // scores: the warp's 16 rows against the tile's 64 keys, unscaled, into the scratch.
@@ -295,7 +308,7 @@ __device__ __forceinline__ void flashAttention(const FlashAttentionArgs& args) {
     const int c = (e % kVectorsPerRow) * 8;
     if (warpRow0 + r >= args.sq) continue;
     const float* from = sSw + r * L::kLdS + c;
-    T* to = y + (warpRow0 + r) * D + c;
+    T* to = y + (warpRow0 + r) * ldY + c;
     if (vectorized) {
       unsigned words[4];
 #pragma unroll

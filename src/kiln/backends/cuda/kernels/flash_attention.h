@@ -12,13 +12,20 @@
 
 namespace kiln::cuda {
 
+// Where one operand's matrix of batch entry b (b = outer * heads + head) lies: at
+// outer * outerStride + head * headStride elements from the operand's pointer, rows rowStride
+// elements apart, columns contiguous.
+struct FlashOperand {
+  int64_t outerStride = 0, headStride = 0, rowStride = 0;
+};
+
 // Y[b] = softmax(scale * Q[b] · K'[b] + mask[b]) · V[b] for every batch entry b < batch, all of
 // `type` (float16 or bfloat16): Q [sq, d]; K' [d, skv] as stored, or K [skv, d] with transposeK;
-// V [skv, d] (Dv == D); Y [sq, d]; every matrix contiguous and row-major, batch entries one after
-// another. The mask (null: none) element of (b, i, j) is mask[maskBatchOffsets[b] + i *
-// maskRowStride + j * maskColumnStride] (strides 0 along broadcast axes; maskBatchOffsets is
-// device memory of `batch` entries). A row whose softmax is NaN in the reference (every score
-// -inf, or a NaN score) gives NaN, or zeros with nanToZero.
+// V [skv, d] (Dv == D); Y [sq, d]; each where its FlashOperand says (dense matrices one after
+// another: heads 1, outerStride rows * columns, rowStride columns). The mask (null: none) element
+// of (b, i, j) is mask[maskBatchOffsets[b] + i * maskRowStride + j * maskColumnStride] (strides 0
+// along broadcast axes; maskBatchOffsets is device memory of `batch` entries). A row whose softmax
+// is NaN in the reference (every score -inf, or a NaN score) gives NaN, or zeros with nanToZero.
 struct FlashAttentionArgs {
   const void* q = nullptr;
   const void* k = nullptr;
@@ -26,6 +33,8 @@ struct FlashAttentionArgs {
   void* y = nullptr;
   GemmType type = kGemmFloat16;
   int64_t batch = 0, sq = 0, skv = 0, d = 0;
+  int64_t heads = 1;
+  FlashOperand qLayout, kLayout, vLayout, yLayout;
   bool transposeK = false;
   float scale = 1.0f;
   const void* mask = nullptr;
