@@ -487,6 +487,32 @@ TEST(CudaNorm, ReducedTypesLayerNormalization) {
 
 // cuda.precision=fp16 with norm_fp32 off makes the statistics reduced too (every float32 output
 // of a reduced node gets the type): the step writes them in the type, casts bring them back.
+// Rows of whole 16-byte vectors up to 1024 wide take the vectorised warp kernel (the row in
+// registers): one to four vectors a lane, the last partly filled (776 = 97 vectors), without a
+// bias, with the Mean and InvStdDev outputs, and far from zero; 770 is not whole vectors and
+// takes the scalar warp kernel.
+TEST(CudaNorm, ReducedLayerNormalizationVectorRows) {
+  unsigned seed = 250;
+  for (const ReducedType& t : kReducedTypes) {
+    SCOPED_TRACE(t.name);
+    for (const int64_t width : {8, 256, 768, 776, 1024, 770}) {
+      SCOPED_TRACE("width " + std::to_string(width));
+      expectCudaMatchesReference(inType(
+          normCase("LayerNormalization",
+                   {runtime(uniform({37, width}, seed)), constant(uniform({width}, seed + 1)),
+                    constant(uniform({width}, seed + 2))},
+                   {}, "kiln.layernorm"),
+          t));
+      seed += 3;
+    }
+    expectCudaMatchesReference(inType(normCase("LayerNormalization",
+                                               {runtime(uniform({5, 7, 64}, seed, 100.0f, 101.0f)),
+                                                runtime(uniform({64}, seed + 1))},
+                                               {}, "kiln.layernorm", 18, 3),
+                                      t));
+  }
+}
+
 TEST(CudaNorm, ReducedLayerNormalizationStatisticsUnderPrecision) {
   for (const ReducedType& t : kReducedTypes) {
     SCOPED_TRACE(t.name);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kiln/backends/cuda/kernels/device_types.cuh"
 #include "kiln/backends/cuda/kernels/norm.h"
@@ -298,6 +299,109 @@ __global__ void rowNormKernel(RowNormalization n, const T* __restrict__ x,
   }
 }
 
+// LayerNormalization rows of float16 / bfloat16 (per-element scale and bias, at most
+// 32 * 8 * kVectors elements, 8-element 16-byte vectors throughout): one warp a row, the row held
+// in registers, so it is read from memory once. Statistics in float over the registers, two-pass
+// (the mean, then the squared deviations from it): inputs of 11 or 8 significant bits leave float
+// sums of a few thousand terms far more exact than the output's rounding. One rounding per
+// output. Lane l holds vectors l, l + 32, ... of the row.
+template <typename T, int kVectors>
+__global__ void __launch_bounds__(WarpRows::kThreads)
+    rowNormVectorKernel(RowNormalization n, const T* __restrict__ x, const T* __restrict__ scale,
+                        const T* __restrict__ bias, T* __restrict__ y, void* __restrict__ mean,
+                        void* __restrict__ invStdDev, bool statsInT) {
+  constexpr int kPack = 8;
+  const int lane = WarpRows::lane();
+  const int64_t vectors = n.width / kPack;
+  const float count = static_cast<float>(n.width);
+  for (int64_t row = WarpRows::first(); row < n.rows; row += WarpRows::stride()) {
+    const uint4* in = reinterpret_cast<const uint4*>(x + row * n.width);
+    float v[kVectors][kPack];
+    float sum = 0.0f;
+#pragma unroll
+    for (int t = 0; t < kVectors; ++t) {
+      const int64_t c = lane + t * kWarpSize;
+      uint4 raw = make_uint4(0, 0, 0, 0);
+      if (c < vectors) raw = in[c];
+      const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+      for (int k = 0; k < kPack; ++k) {
+        v[t][k] = load(e[k]);
+        sum += v[t][k];  // 0 for the vectors past the row
+      }
+    }
+    const float mu = warpReduce(sum, SumOp()) / count;
+    float squares = 0.0f;
+#pragma unroll
+    for (int t = 0; t < kVectors; ++t) {
+      if (lane + t * kWarpSize >= vectors) continue;
+#pragma unroll
+      for (int k = 0; k < kPack; ++k) {
+        const float d = v[t][k] - mu;
+        squares += d * d;
+      }
+    }
+    squares = warpReduce(squares, SumOp());
+    const float inv = 1.0f / sqrtf(squares / count + n.epsilon);
+    uint4* out = reinterpret_cast<uint4*>(y + row * n.width);
+#pragma unroll
+    for (int t = 0; t < kVectors; ++t) {
+      const int64_t c = lane + t * kWarpSize;
+      if (c >= vectors) continue;
+      const uint4 rawScale = reinterpret_cast<const uint4*>(scale)[c];
+      uint4 rawBias = make_uint4(0, 0, 0, 0);
+      if (bias) rawBias = reinterpret_cast<const uint4*>(bias)[c];
+      const T* s = reinterpret_cast<const T*>(&rawScale);
+      const T* b = reinterpret_cast<const T*>(&rawBias);
+      uint4 result;
+      T* r = reinterpret_cast<T*>(&result);
+#pragma unroll
+      for (int k = 0; k < kPack; ++k) {
+        store(r + k, (v[t][k] - mu) * inv * load(s[k]) + load(b[k]));
+      }
+      out[c] = result;
+    }
+    if (lane == 0) {
+      if (mean) storeStat<T>(mean, row, mu, statsInT);
+      if (invStdDev) storeStat<T>(invStdDev, row, inv, statsInT);
+    }
+  }
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// Launches rowNormVectorKernel when the rows fit it (see there); false when they do not.
+template <typename T>
+bool launchRowNormVector(const RowNormalization& n, const T* x, const T* scale, const T* bias, T* y,
+                         void* mean, void* invStdDev, bool statsInT, cudaStream_t stream) {
+  constexpr int64_t kPerWarpVector = kWarpSize * 8;  // elements a warp covers per vector a lane
+  if (n.channels != 0 || n.width % 8 != 0 || n.width > 4 * kPerWarpVector || !aligned16(x) ||
+      !aligned16(y) || !aligned16(scale) || (bias && !aligned16(bias))) {
+    return false;
+  }
+  const unsigned blocks = blocksFor(n.rows, WarpRows::kRowsPerBlock);
+  const int vectorsPerLane = static_cast<int>((n.width + kPerWarpVector - 1) / kPerWarpVector);
+  auto launch = [&](auto kernel) {
+    kernel<<<blocks, WarpRows::kThreads, 0, stream>>>(n, x, scale, bias, y, mean, invStdDev,
+                                                      statsInT);
+  };
+  switch (vectorsPerLane) {
+    case 1:
+      launch(rowNormVectorKernel<T, 1>);
+      break;
+    case 2:
+      launch(rowNormVectorKernel<T, 2>);
+      break;
+    case 3:
+      launch(rowNormVectorKernel<T, 3>);
+      break;
+    default:
+      launch(rowNormVectorKernel<T, 4>);
+      break;
+  }
+  return true;
+}
+
 template <typename T>
 __global__ void batchNormKernel(BatchNormGeometry g, const T* __restrict__ x,
                                 const T* __restrict__ scale, const T* __restrict__ bias,
@@ -435,6 +539,13 @@ cudaError_t launchRowNormalization(const RowNormalization& norm, RowKernel rows,
     const T* s = static_cast<const T*>(scale);
     const T* b = static_cast<const T*>(bias);
     T* out = static_cast<T*>(y);
+    if constexpr (!std::is_same_v<T, float>) {
+      // Reduced types take the vectorised kernel wherever it fits.
+      if (rows == RowKernel::kWarp &&
+          launchRowNormVector(norm, in, s, b, out, mean, invStdDev, statsInT, stream)) {
+        return cudaGetLastError();
+      }
+    }
     if (rows == RowKernel::kWarp) {
       rowNormKernel<WarpRows, T>
           <<<blocksFor(norm.rows, WarpRows::kRowsPerBlock), WarpRows::kThreads, 0, stream>>>(
