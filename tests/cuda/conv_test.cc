@@ -262,7 +262,8 @@ std::vector<Activation> activationList() {
       {"HardSwish", {}, false},
       {"Tanh", {}, true},
       {"Gelu", {}, true},
-      {"Silu", {}, true},  // SWISH_FWD, beta 1
+      {"GeluTanh", {}, true},  // GELU_APPROX_TANH_FWD
+      {"Silu", {}, true},      // SWISH_FWD, beta 1
   };
 }
 

@@ -280,7 +280,7 @@ TEST(CudaMatMul, MixedBroadcastGoesToTheNextFactory) {
 struct ActivationCase {
   std::string name;
   CudaAttributes attributes;
-  bool ltFuses;  // cuBLASLt's epilogue computes it exactly (Relu only)
+  bool ltFuses;  // cuBLASLt's epilogue computes it (Relu, and GeluTanh as its GELU)
 };
 
 std::vector<ActivationCase> activationCases() {
@@ -308,6 +308,8 @@ std::vector<ActivationCase> activationCases() {
       {"Tanh", {{"activation", stringAttr("Tanh")}}, false},
       // Exact (erf) Gelu: cuBLASLt's GELU is the tanh approximation, so never fused there.
       {"Gelu", {{"activation", stringAttr("Gelu")}}, false},
+      // cuBLASLt's GELU is the tanh approximation: GELU_BIAS / GELU.
+      {"GeluTanh", {{"activation", stringAttr("GeluTanh")}}, true},
       {"Silu", {{"activation", stringAttr("Silu")}}, false},
   };
 }

@@ -266,7 +266,7 @@ TEST(FusedConv, ResidualAndActivationMatchReferenceInBothLayouts) {
   const std::vector<FusedCase> activations = {
       {"Relu", {}},       {"LeakyRelu", {{"alpha", Attribute{0.3f}}}},
       {"HardSwish", {}},  {"Sigmoid", {}},
-      {"Clip", {}, true},
+      {"Clip", {}, true}, {"Gelu", {{"approximate", Attribute{std::string("tanh")}}}},
   };
   struct Geometry {
     Shape x, w;

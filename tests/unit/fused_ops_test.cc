@@ -127,6 +127,18 @@ TEST(FusedConv, SiluIsXTimesSigmoidOfX) {
               runStep("Mul", {conv, runStep("Sigmoid", {conv})}));
 }
 
+// GeluTanh is ONNX's Gelu with approximate="tanh".
+TEST(FusedConv, GeluTanhIsTheTanhApproximateGelu) {
+  const Tensor x = randomTensor(Shape{1, 2, 6, 6}, 16);
+  const Tensor w = randomTensor(Shape{3, 2, 3, 3}, 17);
+  const Tensor conv = runStep("Conv", {x, w}, kConvAttributes);
+  Attributes attributes = kConvAttributes;
+  attributes["activation"] = stringAttr("GeluTanh");
+  auto onnx = runSingleOp("Gelu", {{conv, false}}, {{"approximate", stringAttr("tanh")}}, 20);
+  ASSERT_TRUE(onnx.isOk()) << onnx.status().toString();
+  expectClose(runFusedOp("FusedConv", {x, w}, attributes), (*onnx)[0]);
+}
+
 TEST(FusedConv, ClipBoundsAreAlphaAndBeta) {
   const Tensor x = randomTensor(Shape{1, 2, 6, 6}, 10);
   const Tensor w = randomTensor(Shape{3, 2, 3, 3}, 11);

@@ -229,9 +229,12 @@ std::optional<std::map<std::string, ir::Attribute>> fusedActivationAttributes(
     attributes["activation_alpha"] = floatAttribute(*low);
     attributes["activation_beta"] = floatAttribute(*high);
   } else if (op == "Gelu") {
-    // The tanh approximation is another function; only the exact (erf) form is fused.
+    // The tanh approximation is another function, with an activation of its own.
     auto approximate = node.getString("approximate", "none");
-    if (!approximate.isOk() || *approximate != "none") return std::nullopt;
+    if (!approximate.isOk() || (*approximate != "none" && *approximate != "tanh")) {
+      return std::nullopt;
+    }
+    if (*approximate == "tanh") attributes["activation"] = ir::Attribute{std::string("GeluTanh")};
   } else {
     return std::nullopt;
   }

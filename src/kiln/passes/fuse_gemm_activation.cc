@@ -3,6 +3,8 @@
 //
 //   %m = MatMul "fc" (%x, %w); %b = Add (%m, %bias); %y = Relu (%b)
 //     =>   %y = kiln.FusedGemm "fc" (%x, %w, %bias) {activation="Relu"}
+//
+// A Reshape between the product and the activation moves after the fused node.
 #include <algorithm>
 
 #include "kiln/ir/op_schema.h"
@@ -58,19 +60,35 @@ struct GemmChain {
   std::optional<ir::Tensor> newBias;  // or a reshaped copy to add
   ir::Node* activation = nullptr;
   std::map<std::string, ir::Attribute> activationAttributes;
+  ir::Node* reshape = nullptr;  // between the product and the activation; moves after them
   ir::Value* output = nullptr;
   ir::Node* last = nullptr;
 };
 
-// The activation reading `value`, if FusedGemm can apply it.
+// The activation reading `value`, if FusedGemm can apply it: directly, or through a Reshape
+// (GPT-2's MLP: Gemm [S, 4E] -> Reshape [1, S, 4E] -> Gelu), which then moves after the fused
+// node, an elementwise activation being the same before or after a reshape.
 void matchActivation(const ir::Graph& graph, GemmChain& chain) {
   ir::Node* reader = soleReader(graph, chain.output);
-  if (!reader || reader->input(0) != chain.output || !reader->outputs[0]) return;
+  ir::Node* reshape = nullptr;
+  if (reader && reader->domain.empty() && reader->opType == "Reshape" &&
+      reader->input(0) == chain.output && reader->outputs.size() == 1 && reader->outputs[0]) {
+    reshape = reader;
+    reader = soleReader(graph, reshape->outputs[0]);
+  }
+  const ir::Value* input = reshape ? reshape->outputs[0] : chain.output;
+  if (!reader || reader->input(0) != input || !reader->outputs[0]) return;
   if (auto attributes = fusedActivationAttributes(*reader)) {
     chain.activation = reader;
     chain.activationAttributes = std::move(*attributes);
-    chain.last = reader;
-    chain.output = reader->outputs[0];
+    if (reshape) {
+      // The fused node writes the product's shape, before the Reshape.
+      chain.reshape = reshape;
+      chain.last = reshape;
+    } else {
+      chain.last = reader;
+      chain.output = reader->outputs[0];
+    }
   }
 }
 
@@ -152,6 +170,12 @@ Status fuseGemmActivation(ir::Graph& graph, PassContext& context) {
     fused->attributes.insert(chain.activationAttributes.begin(), chain.activationAttributes.end());
     fused->outputs = {chain.output};
     chain.output->producer = fused;
+    if (chain.reshape) {
+      // The Reshape now reshapes the activated product into what the activation wrote.
+      ir::Value* activated = chain.activation->outputs[0];
+      chain.reshape->outputs = {activated};
+      activated->producer = chain.reshape;
+    }
     std::string parts = fmt::format("{} '{}'", product.opType, product.name);
     for (ir::Node* node : {chain.biasAdd, chain.activation}) {
       if (!node) continue;
@@ -167,6 +191,10 @@ Status fuseGemmActivation(ir::Graph& graph, PassContext& context) {
     return std::find(replaced.begin(), replaced.end(), &node) != replaced.end();
   });
   for (auto& [node, name] : names) node->name = name;
+  // The moved Reshapes' former outputs: nothing reads or writes them now.
+  if (std::any_of(chains.begin(), chains.end(), [](const GemmChain& c) { return c.reshape; })) {
+    graph.removeUnusedValues();
+  }
   return Status::ok();
 }
 

@@ -17,9 +17,11 @@ namespace {
 // The activations the fused ops apply (attribute `activation`; absent means none). Their
 // parameters travel as `activation_alpha` / `activation_beta` (LeakyRelu's alpha, HardSigmoid's
 // alpha and beta, Clip's min and max). Silu is x * Sigmoid(x), which exporters write as that
-// Sigmoid and Mul (torch's SiLU, EfficientNet's swish).
-constexpr std::array<std::string_view, 9> kActivations = {
-    "Relu", "LeakyRelu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Gelu", "Silu"};
+// Sigmoid and Mul (torch's SiLU, EfficientNet's swish). GeluTanh is Gelu with approximate="tanh"
+// (GPT-2's), 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
+constexpr std::array<std::string_view, 10> kActivations = {
+    "Relu",      "LeakyRelu", "Clip", "Sigmoid",  "HardSigmoid",
+    "HardSwish", "Tanh",      "Gelu", "GeluTanh", "Silu"};
 
 Status checkActivation(const InferContext& ctx) {
   const Node& node = ctx.node();

@@ -48,6 +48,10 @@ Status applyActivation(const KernelContext& ctx, std::vector<double>& values) {
     f = [](double x) { return std::tanh(x); };
   } else if (activation == "Gelu") {
     f = [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); };
+  } else if (activation == "GeluTanh") {
+    f = [](double x) {
+      return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    };
   } else if (activation == "Silu") {
     f = [](double x) { return x / (1 + std::exp(-x)); };
   } else {

@@ -26,6 +26,7 @@ std::optional<Epilogue> Epilogue::fromNode(const ir::Node& node) {
       {"HardSwish", Activation::kHardSwish, 0, 0},
       {"Tanh", Activation::kTanh, 0, 0},
       {"Gelu", Activation::kGelu, 0, 0},
+      {"GeluTanh", Activation::kGeluTanh, 0, 0},
       {"Silu", Activation::kSilu, 0, 0},
   };
   for (const Entry& entry : kEntries) {
@@ -76,6 +77,13 @@ void Epilogue::apply(float* data, int64_t count, const float* residual) const {
     case Activation::kGelu:
       for (int64_t i = 0; i < count; ++i) {
         data[i] = 0.5f * data[i] * (1.0f + std::erf(data[i] * 0.70710678118654752f));
+      }
+      return;
+    case Activation::kGeluTanh:
+      // 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)).
+      for (int64_t i = 0; i < count; ++i) {
+        const float x = data[i];
+        data[i] = x / (1.0f + std::exp(-1.5957691216057308f * (x + 0.044715f * x * x * x)));
       }
       return;
     case Activation::kSilu:

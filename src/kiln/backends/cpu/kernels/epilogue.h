@@ -21,7 +21,8 @@ class Epilogue {
     kHardSwish,
     kTanh,
     kGelu,
-    kSilu,  // x * sigmoid(x)
+    kGeluTanh,  // Gelu with approximate="tanh"
+    kSilu,      // x * sigmoid(x)
   };
 
   // Reads a FusedConv/FusedGemm node's `activation`, `activation_alpha`, `activation_beta`;

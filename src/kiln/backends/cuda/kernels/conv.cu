@@ -58,6 +58,9 @@ __device__ __forceinline__ float activate(float x, const ConvEpilogue& e) {
       return tanhf(x);
     case ConvActivation::kGelu:
       return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    case ConvActivation::kGeluTanh:
+      // 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), which keeps its precision for negative x.
+      return x / (1.0f + expf(-1.5957691216057308f * (x + 0.044715f * x * x * x)));
     case ConvActivation::kSilu:
       return x / (1.0f + expf(-x));
   }

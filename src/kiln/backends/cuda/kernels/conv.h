@@ -27,8 +27,9 @@ enum class ConvActivation : int {
   kHardSigmoid,  // alpha * x + beta, clamped to [0, 1]
   kHardSwish,
   kTanh,
-  kGelu,  // the erf form
-  kSilu,  // x * sigmoid(x)
+  kGelu,      // the erf form
+  kGeluTanh,  // the tanh approximation
+  kSilu,      // x * sigmoid(x)
 };
 
 struct ConvEpilogue {

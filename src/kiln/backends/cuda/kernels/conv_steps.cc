@@ -185,6 +185,7 @@ std::optional<ConvEpilogue> readEpilogue(const ir::Node& node) {
       {"HardSwish", ConvActivation::kHardSwish, 0, 0},
       {"Tanh", ConvActivation::kTanh, 0, 0},
       {"Gelu", ConvActivation::kGelu, 0, 0},
+      {"GeluTanh", ConvActivation::kGeluTanh, 0, 0},
       {"Silu", ConvActivation::kSilu, 0, 0},
   };
   for (const Entry& entry : kEntries) {
@@ -451,8 +452,8 @@ struct CudnnActivation {
 // The cuDNN pointwise mode that computes `epilogue`'s activation exactly, if there is one.
 // RELU_FWD gives x below the lower clip as lower + slope * (x - lower) and clips x above the
 // upper clip, so Relu, LeakyRelu (slope alpha) and a Clip with finite, ordered bounds fit;
-// GELU_FWD is the erf form, SWISH_FWD with beta 1 is Silu. HardSigmoid and HardSwish have no
-// mode.
+// GELU_FWD is the erf form, GELU_APPROX_TANH_FWD the tanh one, SWISH_FWD with beta 1 is Silu.
+// HardSigmoid and HardSwish have no mode.
 std::optional<CudnnActivation> cudnnActivationFor(const ConvEpilogue& epilogue) {
   CudnnActivation a;
   switch (epilogue.activation) {
@@ -477,6 +478,9 @@ std::optional<CudnnActivation> cudnnActivationFor(const ConvEpilogue& epilogue) 
       return a;
     case ConvActivation::kGelu:
       a.mode = CUDNN_POINTWISE_GELU_FWD;
+      return a;
+    case ConvActivation::kGeluTanh:
+      a.mode = CUDNN_POINTWISE_GELU_APPROX_TANH_FWD;
       return a;
     case ConvActivation::kSilu:
       a.mode = CUDNN_POINTWISE_SWISH_FWD;  // x * sigmoid(beta * x), beta 1

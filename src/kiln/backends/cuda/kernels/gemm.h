@@ -29,8 +29,9 @@ enum GemmActivation : int {
   kGemmActivationHardSigmoid,  // alpha, beta
   kGemmActivationHardSwish,
   kGemmActivationTanh,
-  kGemmActivationGelu,  // exact: 0.5 x (1 + erf(x / sqrt 2))
-  kGemmActivationSilu,  // x * sigmoid(x)
+  kGemmActivationGelu,      // exact: 0.5 x (1 + erf(x / sqrt 2))
+  kGemmActivationGeluTanh,  // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), cuBLASLt's GELU
+  kGemmActivationSilu,      // x * sigmoid(x)
 };
 
 // What happens to each product element y(i, j) (alpha already applied) before it is stored:

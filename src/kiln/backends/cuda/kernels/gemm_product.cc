@@ -165,7 +165,8 @@ struct MatrixProduct::Lt {
         ltStatus(cublasLtMatmulDescSetAttribute(operation, CUBLASLT_MATMUL_DESC_EPILOGUE, &mode,
                                                 sizeof(mode)),
                  "setting CUBLASLT_MATMUL_DESC_EPILOGUE"));
-    if (epilogue == CUBLASLT_EPILOGUE_BIAS || epilogue == CUBLASLT_EPILOGUE_RELU_BIAS) {
+    if (epilogue == CUBLASLT_EPILOGUE_BIAS || epilogue == CUBLASLT_EPILOGUE_RELU_BIAS ||
+        epilogue == CUBLASLT_EPILOGUE_GELU_BIAS) {
       if (s.outputType != kGemmFloat32) {
         // D's type is cuBLASLt's default for the vector; said for the reduced types so that it
         // is never a guess.
@@ -285,7 +286,7 @@ void MatrixProduct::planFusion(bool useLt) {
     }
   }
   // cuBLASLt's RELU is max(x, 0); its GELU is the tanh approximation, not kiln's erf form.
-  fuseActivation_ = e.activation == kGemmActivationRelu;
+  fuseActivation_ = e.activation == kGemmActivationRelu || e.activation == kGemmActivationGeluTanh;
 }
 
 bool MatrixProduct::epilogueKernelRuns() const {
@@ -336,8 +337,14 @@ Status MatrixProduct::prepareLt(PrepareContext& prepare, const void* a, const vo
     }
     const bool vectorBias = hasBias_ && biasPlace_ == BiasPlace::kLtVector;
     cublasLtEpilogue_t mode = CUBLASLT_EPILOGUE_DEFAULT;
-    if (vectorBias) mode = fuseActivation_ ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
-    if (!vectorBias && fuseActivation_) mode = CUBLASLT_EPILOGUE_RELU;
+    const bool gelu = epilogue_.activation == kGemmActivationGeluTanh;
+    if (vectorBias) {
+      mode = !fuseActivation_ ? CUBLASLT_EPILOGUE_BIAS
+             : gelu           ? CUBLASLT_EPILOGUE_GELU_BIAS
+                              : CUBLASLT_EPILOGUE_RELU_BIAS;
+    } else if (fuseActivation_) {
+      mode = gelu ? CUBLASLT_EPILOGUE_GELU : CUBLASLT_EPILOGUE_RELU;
+    }
     lt.alignC =
         biasPlace_ == BiasPlace::kLtMatrix ? alignmentOf(bias, 0, s.outputType, 1) : lt.alignD;
     const Status built = lt.build(s, options_.tf32, mode, vectorBias ? bias : nullptr);

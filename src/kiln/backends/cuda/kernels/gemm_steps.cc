@@ -120,6 +120,7 @@ std::optional<GemmEpilogue> readActivation(const ir::Node& node) {
       {"HardSwish", kGemmActivationHardSwish, 0, 0},
       {"Tanh", kGemmActivationTanh, 0, 0},
       {"Gelu", kGemmActivationGelu, 0, 0},
+      {"GeluTanh", kGemmActivationGeluTanh, 0, 0},
       {"Silu", kGemmActivationSilu, 0, 0},
   };
   for (const Entry& entry : kEntries) {
