@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "kiln/ir/op_schema.h"
 
 namespace kiln::testing {
 namespace {
@@ -510,6 +511,37 @@ TEST(CudaNorm, ReducedLayerNormalizationVectorRows) {
                                                 runtime(uniform({64}, seed + 1))},
                                                {}, "kiln.layernorm", 18, 3),
                                       t));
+  }
+}
+
+// kiln.AddLayerNormalization (X, Scale, B?, Skip) -> (Y, Sum?): X + Skip rounded to the type,
+// then normalised; the scalar warp kernel (5, 770 wide), the vectorised one (768, reduced types),
+// and a block a row (2500); with and without the Sum output and the bias.
+CudaOpCase addNormCase(const Shape& shape, bool withSum, bool withBias, unsigned seed) {
+  const int64_t width = shape.dims().back();
+  CudaOpCase c = normCase("AddLayerNormalization",
+                          {runtime(uniform(shape, seed)), constant(uniform({width}, seed + 1)),
+                           withBias ? constant(uniform({width}, seed + 2)) : OpInput{},
+                           runtime(uniform(shape, seed + 3))},
+                          {}, "kiln.add_layernorm", 18, withSum ? 2 : 1);
+  c.domain = ir::kKilnDomain;
+  return c;
+}
+
+TEST(CudaNorm, AddLayerNormalizationEveryKernel) {
+  unsigned seed = 270;
+  for (const Shape& shape : {Shape{3, 5}, Shape{4, 768}, Shape{5, 770}, Shape{2, 2500}}) {
+    for (const bool withSum : {false, true}) {
+      for (const bool withBias : {false, true}) {
+        SCOPED_TRACE(shape.toString() + (withSum ? " with the sum" : "") +
+                     (withBias ? " with a bias" : ""));
+        expectCudaMatchesReference(addNormCase(shape, withSum, withBias, seed += 4));
+        for (const ReducedType& t : kReducedTypes) {
+          SCOPED_TRACE(t.name);
+          expectCudaMatchesReference(inType(addNormCase(shape, withSum, withBias, seed += 4), t));
+        }
+      }
+    }
   }
 }
 

@@ -74,6 +74,10 @@ Status fuseGemmActivation(ir::Graph& graph, PassContext& context);
 
 Status layoutNhwc(ir::Graph& graph, PassContext& context);
 
+// A residual Add into the LayerNormalization after it (fuse_add_layernorm.cc).
+extern const knobs::Knob kFuseAddLayerNorm;
+Status fuseAddLayerNorm(ir::Graph& graph, PassContext& context);
+
 extern const knobs::Knob kFuseElementwise;
 Status fuseElementwise(ir::Graph& graph, PassContext& context);
 

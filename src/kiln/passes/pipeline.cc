@@ -65,6 +65,9 @@ const PassInfo kPipeline[] = {
     // No gate knob: graph.layout on the CPU (NCHW by default) and cuda.layout on the GPU (NHWC
     // by default) say which nodes it changes.
     {"layout_nhwc", nullptr, layoutNhwc},
+    // Before fuse_elementwise, which would take the residual Add into an elementwise chain; after
+    // the Conv and Gemm fusions, which take the Adds that are their epilogues'.
+    {"fuse_add_layernorm", &kFuseAddLayerNorm, fuseAddLayerNorm},
     // Last of the fusions: Conv and Gemm first absorb the activations and Adds they can (that
     // saves a whole pass over memory); what is left chains into FusedElementwise.
     {"fuse_elementwise", &kFuseElementwise, fuseElementwise},

@@ -28,8 +28,9 @@ const knobs::Knob kNormInFp32 = knobs::declareKnob({
     .name = "cuda.precision.norm_fp32",
     .kind = knobs::KnobKind::kBool,
     .defaultValue = "off",
-    .help = "under fp16 or bf16, keep normalisations and softmax (LayerNormalization, "
-            "BatchNormalization, InstanceNormalization, GroupNormalization, Softmax, "
+    .help = "under fp16 or bf16, keep normalisations and softmax (LayerNormalization and "
+            "kiln.AddLayerNormalization, BatchNormalization, InstanceNormalization, "
+            "GroupNormalization, Softmax, "
             "LogSoftmax) in float32 storage, with casts around them, instead of reading and "
             "writing the reduced type (their arithmetic is float32 either way)",
     .backends = {"cuda"},
@@ -164,7 +165,8 @@ std::optional<ir::DType> reducedTypeFor(const ir::Node& node, const knobs::Route
   const std::string precision = route.value(kPrecision, &node);
   if (precision != "fp16" && precision != "bf16") return std::nullopt;
   const std::string op = qualifiedOp(node);
-  const bool norm = node.domain.empty() && normOps().count(node.opType);
+  const bool norm =
+      (node.domain.empty() && normOps().count(node.opType)) || op == "kiln.AddLayerNormalization";
   if (norm) {
     if (route.value(kNormInFp32, &node) == "on") return std::nullopt;
   } else if (!reducedOps().count(op)) {

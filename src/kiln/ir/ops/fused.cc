@@ -113,6 +113,21 @@ Status inferFusedGemm(const InferFn& gemm, InferContext& ctx) {
   return checkActivation(ctx);
 }
 
+// kiln.AddLayerNormalization (X, Scale, B?, Skip) -> (Y, Sum?): LayerNormalization (its axis
+// and epsilon) of Sum = X + Skip, both of one shape and dtype; the Sum output, where something
+// else reads the residual stream, holds X + Skip as an Add would (rounded to the dtype).
+Status inferAddLayerNorm(const InferFn& layerNorm, InferContext& ctx) {
+  if (!ctx.hasInput(3)) return ctx.error("input 3 (Skip) is required");
+  if (ctx.inputType(3) != ctx.inputType(0) || ctx.inputShape(3) != ctx.inputShape(0)) {
+    return ctx.error("Skip {} {} must have X's dtype and shape, {} {}", dtypeName(ctx.inputType(3)),
+                     ctx.inputShape(3).toString(), dtypeName(ctx.inputType(0)),
+                     ctx.inputShape(0).toString());
+  }
+  KILN_RETURN_IF_ERROR(layerNorm(ctx));  // reads inputs 0..2; output 1 is not its Mean here
+  if (ctx.outputCount() > 1) ctx.setOutput(1, ctx.inputType(0), ctx.inputShape(0));
+  return Status::ok();
+}
+
 }  // namespace
 
 void registerFusedSchemas(OpRegistry& registry) {
@@ -129,6 +144,15 @@ void registerFusedSchemas(OpRegistry& registry) {
                 .maxInputs = 3,
                 .infer = [gemm = onnxInference(registry, "Gemm")](InferContext& ctx) {
                   return inferFusedGemm(gemm, ctx);
+                }});
+  registry.add({.opType = "AddLayerNormalization",
+                .domain = kKilnDomain,
+                .minInputs = 2,  // B may be omitted; inferAddLayerNorm requires Skip
+                .maxInputs = 4,
+                .minOutputs = 1,
+                .maxOutputs = 2,
+                .infer = [norm = onnxInference(registry, "LayerNormalization")](InferContext& ctx) {
+                  return inferAddLayerNorm(norm, ctx);
                 }});
 }
 

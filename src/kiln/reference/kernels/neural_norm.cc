@@ -4,6 +4,7 @@
 #include <cmath>
 #include <set>
 
+#include "kiln/ir/op_schema.h"
 #include "kiln/reference/kernels/broadcast.h"
 #include "kiln/reference/kernels/neural.h"
 
@@ -76,12 +77,13 @@ std::vector<double> broadcastValues(const Tensor& tensor, const Shape& shape) {
   return result;
 }
 
-Status runLayerNormalization(KernelContext& ctx) {
+// LayerNormalization of `xs` (x's values; x gives the shape), for LayerNormalization and
+// kiln.AddLayerNormalization. With `statistics`, the Mean and InvStdDev outputs 1 and 2.
+Status layerNormalize(KernelContext& ctx, const Tensor& x, const std::vector<double>& xs,
+                      bool statistics) {
   KILN_ASSIGN_OR_RETURN(float epsilon, ctx.node().getFloat("epsilon", 1e-5f));
   KILN_ASSIGN_OR_RETURN(int64_t rawAxis, ctx.node().getInt("axis", -1));
-  const Tensor& x = ctx.input(0);
   KILN_ASSIGN_OR_RETURN(int64_t axis, ir::normalizeAxis(rawAxis, static_cast<int64_t>(x.rank())));
-  const std::vector<double> xs = readAsDouble(x);
   const std::vector<double> scale = broadcastValues(ctx.input(1), x.shape());
   const std::vector<double> bias =
       ctx.hasInput(2) ? broadcastValues(ctx.input(2), x.shape()) : std::vector<double>(xs.size());
@@ -99,9 +101,26 @@ Status runLayerNormalization(KernelContext& ctx) {
     invStdDevs[static_cast<size_t>(r)] = invStdDev;
   }
   writeFromDouble(ctx.output(0), ys);
-  if (hasOutput(ctx, 1)) writeFromDouble(ctx.output(1), means);
-  if (hasOutput(ctx, 2)) writeFromDouble(ctx.output(2), invStdDevs);
+  if (statistics && hasOutput(ctx, 1)) writeFromDouble(ctx.output(1), means);
+  if (statistics && hasOutput(ctx, 2)) writeFromDouble(ctx.output(2), invStdDevs);
   return Status::ok();
+}
+
+Status runLayerNormalization(KernelContext& ctx) {
+  return layerNormalize(ctx, ctx.input(0), readAsDouble(ctx.input(0)), true);
+}
+
+// kiln.AddLayerNormalization: Sum = X + Skip rounded to their dtype, as an Add would leave it
+// (and the Sum output, if any, is that), then LayerNormalization of Sum.
+Status runAddLayerNormalization(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  std::vector<double> sums = readAsDouble(x);
+  const std::vector<double> skip = readAsDouble(ctx.input(3));
+  for (size_t i = 0; i < sums.size(); ++i) sums[i] += skip[i];
+  Tensor rounded(x.dtype(), x.shape());
+  writeFromDouble(rounded, sums);
+  if (hasOutput(ctx, 1)) writeFromDouble(ctx.output(1), sums);
+  return layerNormalize(ctx, rounded, readAsDouble(rounded), false);
 }
 
 Status runInstanceNormalization(KernelContext& ctx) {
@@ -192,6 +211,7 @@ Status runMeanVarianceNormalization(KernelContext& ctx) {
 void registerNormalizationKernels(KernelRegistry& registry) {
   registry.add("BatchNormalization", runBatchNormalization);
   registry.add("LayerNormalization", runLayerNormalization);
+  registry.add("AddLayerNormalization", runAddLayerNormalization, ir::kKilnDomain);
   registry.add("InstanceNormalization", runInstanceNormalization);
   registry.add("LpNormalization", runLpNormalization);
   registry.add("MeanVarianceNormalization", runMeanVarianceNormalization);

@@ -9,9 +9,11 @@
 #endif
 
 #include <cmath>
+#include <vector>
 
 #include "kiln/backends/cpu/kernels/fast_math.h"
 #include "kiln/backends/cpu/kernels/steps.h"
+#include "kiln/ir/op_schema.h"
 
 namespace kiln::cpu {
 
@@ -20,7 +22,8 @@ const knobs::Knob kLayerNormImpl = knobs::declareKnob({
     .kind = knobs::KnobKind::kEnum,
     .choices = {"fast", "reference"},
     .defaultValue = "fast",
-    .help = "LayerNormalization: float32 rows with a two-pass variance, or the reference kernel",
+    .help = "LayerNormalization (and kiln.AddLayerNormalization): float32 rows with a two-pass "
+            "variance, or the reference kernel",
     .backends = {"cpu"},
     .perNode = true,
 });
@@ -67,22 +70,35 @@ KILN_ELTWISE_CLONES void layerNormRow(const float* in, const float* scale, const
   }
 }
 
+// LayerNormalization, or kiln.AddLayerNormalization (`skip`: the rows normalised are x + skip,
+// written to the Sum output when there is one, else to a row of scratch per chunk).
 class LayerNormStep : public Step {
  public:
-  LayerNormStep(int64_t rows, int64_t width, float epsilon)
-      : rows_(rows), width_(width), epsilon_(epsilon) {}
+  LayerNormStep(int64_t rows, int64_t width, float epsilon, bool skip)
+      : rows_(rows), width_(width), epsilon_(epsilon), skip_(skip) {}
 
   Status run(const ExecutionContext& context) const override {
     const float* x = context.data<float>(*inputs[0]);
     const float* scale = context.data<float>(*inputs[1]);
     const float* bias = inputs.size() > 2 && inputs[2] ? context.data<float>(*inputs[2]) : nullptr;
+    const float* skip = skip_ ? context.data<float>(*inputs[3]) : nullptr;
+    float* sum =
+        skip_ && outputs.size() > 1 && outputs[1] ? context.data<float>(*outputs[1]) : nullptr;
     float* y = context.data<float>(*outputs[0]);
     // A chunk of at least 64K elements (three passes over each): some tens of microseconds, well
     // above a thread's wake-up; smaller tensors stay on the calling thread.
     const int64_t grainRows = std::max<int64_t>(1, 65536 / width_);
     context.pool().parallelFor(rows_, grainRows, [&](int64_t first, int64_t last) {
+      std::vector<float> scratch(skip && !sum ? static_cast<size_t>(width_) : 0);
       for (int64_t r = first; r < last; ++r) {
-        layerNormRow(x + r * width_, scale, bias, y + r * width_, width_, epsilon_);
+        const float* row = x + r * width_;
+        if (skip) {
+          float* s = sum ? sum + r * width_ : scratch.data();
+          const float* other = skip + r * width_;
+          for (int64_t i = 0; i < width_; ++i) s[i] = row[i] + other[i];
+          row = s;
+        }
+        layerNormRow(row, scale, bias, y + r * width_, width_, epsilon_);
       }
     });
     return Status::ok();
@@ -91,6 +107,7 @@ class LayerNormStep : public Step {
  private:
   int64_t rows_, width_;
   float epsilon_;
+  bool skip_;
 };
 
 // True when `param` (scale or bias) holds exactly one value per normalised element, laid out as
@@ -114,11 +131,19 @@ bool matchesTrailingAxes(const ir::Value* param, const ir::Shape& x, int64_t axi
 }  // namespace
 
 std::unique_ptr<Step> makeLayerNormStep(const ir::Node& node, const knobs::Route& route) {
-  if (!node.domain.empty() || node.opType != "LayerNormalization") return nullptr;
+  const bool skip = node.domain == ir::kKilnDomain && node.opType == "AddLayerNormalization";
+  if (!skip && (!node.domain.empty() || node.opType != "LayerNormalization")) return nullptr;
   if (route.value(kLayerNormImpl, &node) != "fast") return nullptr;
-  // The Mean and InvStdDev outputs are left to the reference kernel.
-  for (size_t i = 1; i < node.outputs.size(); ++i) {
+  // The Mean and InvStdDev outputs are left to the reference kernel (AddLayerNormalization's
+  // output 1 is its Sum).
+  for (size_t i = skip ? 2 : 1; i < node.outputs.size(); ++i) {
     if (node.outputs[i]) return nullptr;
+  }
+  if (skip) {
+    const ir::Value* other = node.input(3);
+    if (!other || other->dtype != ir::DType::kFloat32 || other->shape != node.inputs[0]->shape) {
+      return nullptr;
+    }
   }
   if (node.inputs.size() < 2) return nullptr;
   const ir::Value* x = node.inputs[0];
@@ -136,7 +161,8 @@ std::unique_ptr<Step> makeLayerNormStep(const ir::Node& node, const knobs::Route
   int64_t width = 1;
   for (int64_t i = axis; i < rank; ++i) width *= x->shape[static_cast<size_t>(i)];
   if (width == 0) return nullptr;
-  auto step = std::make_unique<LayerNormStep>(x->shape.elementCount() / width, width, *epsilon);
+  auto step =
+      std::make_unique<LayerNormStep>(x->shape.elementCount() / width, width, *epsilon, skip);
   step->tactic = "fast.layernorm_rows";
   return step;
 }

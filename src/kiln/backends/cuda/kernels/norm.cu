@@ -26,6 +26,7 @@ unsigned blocksFor(int64_t count, int64_t perBlock) {
   return static_cast<unsigned>(std::min<int64_t>((count + perBlock - 1) / perBlock, kMaxBlocks));
 }
 
+using device::fromFloat;
 using device::load;
 using device::store;
 using device::Tag;
@@ -262,21 +263,31 @@ template <typename Rows, typename T>
 __global__ void rowNormKernel(RowNormalization n, const T* __restrict__ x,
                               const T* __restrict__ scale, const T* __restrict__ bias,
                               T* __restrict__ y, void* __restrict__ mean,
-                              void* __restrict__ invStdDev, bool statsInT) {
+                              void* __restrict__ invStdDev, bool statsInT,
+                              const T* __restrict__ skip, T* __restrict__ sum) {
   __shared__ double shared[kWarpSize];
   const int lane = Rows::lane();
   const int size = Rows::size();
   const double count = static_cast<double>(n.width);
   for (int64_t row = Rows::first(); row < n.rows; row += Rows::stride()) {
     const T* in = x + row * n.width;
+    const T* other = skip ? skip + row * n.width : nullptr;
     T* out = y + row * n.width;
-    double sum = 0.0;
-    for (int64_t j = lane; j < n.width; j += size) sum += load(in[j]);
-    sum = Rows::reduce(sum, SumOp(), shared);
-    const double mu = sum / count;
+    // Element j of the row: x, or x + skip rounded to T (each pass recomputes the same value).
+    auto value = [&](int64_t j) -> float {
+      return other ? load(fromFloat<T>(load(in[j]) + load(other[j]))) : load(in[j]);
+    };
+    double total = 0.0;
+    for (int64_t j = lane; j < n.width; j += size) {
+      const float v = value(j);
+      if (sum) store(sum + row * n.width + j, v);
+      total += v;
+    }
+    total = Rows::reduce(total, SumOp(), shared);
+    const double mu = total / count;
     double squares = 0.0;
     for (int64_t j = lane; j < n.width; j += size) {
-      const double d = load(in[j]) - mu;
+      const double d = value(j) - mu;
       squares += d * d;
     }
     squares = Rows::reduce(squares, SumOp(), shared);
@@ -290,7 +301,7 @@ __global__ void rowNormKernel(RowNormalization n, const T* __restrict__ x,
     for (int64_t j = lane; j < n.width; j += size) {
       const double s = n.channels > 0 ? rowScale : load(scale[j]);
       const double b = n.channels > 0 ? rowBias : (bias ? load(bias[j]) : 0.0f);
-      store(out + j, static_cast<float>((load(in[j]) - mu) * inv * s + b));
+      store(out + j, static_cast<float>((value(j) - mu) * inv * s + b));
     }
     if (lane == 0) {
       if (mean) storeStat<T>(mean, row, static_cast<float>(mu), statsInT);
@@ -309,7 +320,8 @@ template <typename T, int kVectors>
 __global__ void __launch_bounds__(WarpRows::kThreads)
     rowNormVectorKernel(RowNormalization n, const T* __restrict__ x, const T* __restrict__ scale,
                         const T* __restrict__ bias, T* __restrict__ y, void* __restrict__ mean,
-                        void* __restrict__ invStdDev, bool statsInT) {
+                        void* __restrict__ invStdDev, bool statsInT, const T* __restrict__ skip,
+                        T* __restrict__ sum) {
   constexpr int kPack = 8;
   const int lane = WarpRows::lane();
   const int64_t vectors = n.width / kPack;
@@ -317,20 +329,28 @@ __global__ void __launch_bounds__(WarpRows::kThreads)
   for (int64_t row = WarpRows::first(); row < n.rows; row += WarpRows::stride()) {
     const uint4* in = reinterpret_cast<const uint4*>(x + row * n.width);
     float v[kVectors][kPack];
-    float sum = 0.0f;
+    float total = 0.0f;
 #pragma unroll
     for (int t = 0; t < kVectors; ++t) {
       const int64_t c = lane + t * kWarpSize;
       uint4 raw = make_uint4(0, 0, 0, 0);
-      if (c < vectors) raw = in[c];
-      const T* e = reinterpret_cast<const T*>(&raw);
+      uint4 rawSkip = make_uint4(0, 0, 0, 0);
+      if (c < vectors) {
+        raw = in[c];
+        if (skip) rawSkip = reinterpret_cast<const uint4*>(skip + row * n.width)[c];
+      }
+      T* e = reinterpret_cast<T*>(&raw);
+      const T* f = reinterpret_cast<const T*>(&rawSkip);
 #pragma unroll
       for (int k = 0; k < kPack; ++k) {
+        // With skip, x + skip rounded to T as an Add would leave it.
+        if (skip) e[k] = fromFloat<T>(load(e[k]) + load(f[k]));
         v[t][k] = load(e[k]);
-        sum += v[t][k];  // 0 for the vectors past the row
+        total += v[t][k];  // 0 for the vectors past the row
       }
+      if (sum && c < vectors) reinterpret_cast<uint4*>(sum + row * n.width)[c] = raw;
     }
-    const float mu = warpReduce(sum, SumOp()) / count;
+    const float mu = warpReduce(total, SumOp()) / count;
     float squares = 0.0f;
 #pragma unroll
     for (int t = 0; t < kVectors; ++t) {
@@ -373,17 +393,19 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 // Launches rowNormVectorKernel when the rows fit it (see there); false when they do not.
 template <typename T>
 bool launchRowNormVector(const RowNormalization& n, const T* x, const T* scale, const T* bias, T* y,
-                         void* mean, void* invStdDev, bool statsInT, cudaStream_t stream) {
+                         void* mean, void* invStdDev, bool statsInT, const T* skip, T* sum,
+                         cudaStream_t stream) {
   constexpr int64_t kPerWarpVector = kWarpSize * 8;  // elements a warp covers per vector a lane
   if (n.channels != 0 || n.width % 8 != 0 || n.width > 4 * kPerWarpVector || !aligned16(x) ||
-      !aligned16(y) || !aligned16(scale) || (bias && !aligned16(bias))) {
+      !aligned16(y) || !aligned16(scale) || (bias && !aligned16(bias)) ||
+      (skip && !aligned16(skip)) || (sum && !aligned16(sum))) {
     return false;
   }
   const unsigned blocks = blocksFor(n.rows, WarpRows::kRowsPerBlock);
   const int vectorsPerLane = static_cast<int>((n.width + kPerWarpVector - 1) / kPerWarpVector);
   auto launch = [&](auto kernel) {
     kernel<<<blocks, WarpRows::kThreads, 0, stream>>>(n, x, scale, bias, y, mean, invStdDev,
-                                                      statsInT);
+                                                      statsInT, skip, sum);
   };
   switch (vectorsPerLane) {
     case 1:
@@ -526,7 +548,8 @@ cudaError_t launchLpNormalization(int p, const Lines& lines, RowKernel rows, Ele
 
 cudaError_t launchRowNormalization(const RowNormalization& norm, RowKernel rows, const void* x,
                                    const void* scale, const void* bias, void* y, void* mean,
-                                   void* invStdDev, cudaStream_t stream) {
+                                   void* invStdDev, cudaStream_t stream, const void* skip,
+                                   void* sum) {
   if (norm.rows <= 0 || norm.width <= 0) return cudaSuccess;
   if (!scale || norm.channels < 0) return cudaErrorInvalidValue;
   if (norm.statType != ElementType::kFloat32 && norm.statType != norm.type) {
@@ -539,21 +562,23 @@ cudaError_t launchRowNormalization(const RowNormalization& norm, RowKernel rows,
     const T* s = static_cast<const T*>(scale);
     const T* b = static_cast<const T*>(bias);
     T* out = static_cast<T*>(y);
+    const T* other = static_cast<const T*>(skip);
+    T* total = static_cast<T*>(sum);
     if constexpr (!std::is_same_v<T, float>) {
       // Reduced types take the vectorised kernel wherever it fits.
-      if (rows == RowKernel::kWarp &&
-          launchRowNormVector(norm, in, s, b, out, mean, invStdDev, statsInT, stream)) {
+      if (rows == RowKernel::kWarp && launchRowNormVector(norm, in, s, b, out, mean, invStdDev,
+                                                          statsInT, other, total, stream)) {
         return cudaGetLastError();
       }
     }
     if (rows == RowKernel::kWarp) {
       rowNormKernel<WarpRows, T>
           <<<blocksFor(norm.rows, WarpRows::kRowsPerBlock), WarpRows::kThreads, 0, stream>>>(
-              norm, in, s, b, out, mean, invStdDev, statsInT);
+              norm, in, s, b, out, mean, invStdDev, statsInT, other, total);
     } else {
       rowNormKernel<BlockRows, T>
           <<<blocksFor(norm.rows, BlockRows::kRowsPerBlock), BlockRows::kThreads, 0, stream>>>(
-              norm, in, s, b, out, mean, invStdDev, statsInT);
+              norm, in, s, b, out, mean, invStdDev, statsInT, other, total);
     }
     return cudaGetLastError();
   });

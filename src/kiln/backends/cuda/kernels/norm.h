@@ -50,7 +50,9 @@ cudaError_t launchLpNormalization(int p, const Lines& lines, RowKernel rows, Ele
 // bias. With channels == 0 scale and bias have one value per element of a row (LayerNormalization);
 // otherwise one per row, row r taking value r % channels (InstanceNormalization). x, scale, bias
 // and y are of `type`; bias, mean and invStdDev (rows values each, of `statType`: float32 or
-// `type`) may be null.
+// `type`) may be null. With `skip` (of x's shape and `type`), the rows normalised are x + skip,
+// rounded to `type` as an Add would, and written to `sum` when that is not null
+// (kiln.AddLayerNormalization).
 struct RowNormalization {
   int64_t rows = 0;
   int64_t width = 0;
@@ -61,7 +63,8 @@ struct RowNormalization {
 };
 cudaError_t launchRowNormalization(const RowNormalization& norm, RowKernel rows, const void* x,
                                    const void* scale, const void* bias, void* y, void* mean,
-                                   void* invStdDev, cudaStream_t stream);
+                                   void* invStdDev, cudaStream_t stream, const void* skip = nullptr,
+                                   void* sum = nullptr);
 
 // Inference BatchNormalization over `count` elements: y = (x - mean) / sqrt(var + epsilon) *
 // scale + bias, with parameter index (i / inner) % channels, or i % (channels * inner) when

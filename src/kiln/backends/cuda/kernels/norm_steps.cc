@@ -14,6 +14,7 @@
 #include "kiln/backends/cuda/kernels/element_type.h"
 #include "kiln/backends/cuda/kernels/norm.h"
 #include "kiln/backends/cuda/kernels/steps.h"
+#include "kiln/ir/op_schema.h"
 
 namespace kiln::cuda {
 
@@ -190,8 +191,9 @@ constexpr int64_t kWorkspaceAlignment = 256;
 
 class RowNormStep final : public Step {
  public:
-  RowNormStep(RowNormalization norm, RowParameter scale, RowParameter bias)
-      : norm_(norm), scale_(std::move(scale)), bias_(std::move(bias)) {}
+  // With `skip`, kiln.AddLayerNormalization: input 3 is added to x first, and output 1 is the sum.
+  RowNormStep(RowNormalization norm, RowParameter scale, RowParameter bias, bool skip = false)
+      : norm_(norm), scale_(std::move(scale)), bias_(std::move(bias)), skip_(skip) {}
 
   int64_t workspaceBytes() const override {
     return 2 * expandedBytes();  // the scale's and the bias's expanded rows, at most
@@ -203,9 +205,15 @@ class RowNormStep final : public Step {
     auto output = [&](size_t i) -> void* {
       return i < outputs.size() && outputs[i] ? context.address(*outputs[i]) : nullptr;
     };
-    KILN_CUDA_CHECK(launchRowNormalization(norm_, rowKernelFor(norm_.width),
-                                           context.address(*inputs[0]), scale, bias, output(0),
-                                           output(1), output(2), context.stream));
+    if (skip_) {
+      KILN_CUDA_CHECK(launchRowNormalization(
+          norm_, rowKernelFor(norm_.width), context.address(*inputs[0]), scale, bias, output(0),
+          nullptr, nullptr, context.stream, context.address(*inputs[3]), output(1)));
+    } else {
+      KILN_CUDA_CHECK(launchRowNormalization(norm_, rowKernelFor(norm_.width),
+                                             context.address(*inputs[0]), scale, bias, output(0),
+                                             output(1), output(2), context.stream));
+    }
     KILN_CUDA_CHECK_LAUNCH("the row normalisation");
     return Status::ok();
   }
@@ -233,13 +241,24 @@ class RowNormStep final : public Step {
   RowNormalization norm_;
   RowParameter scale_;
   RowParameter bias_;
+  bool skip_;
 };
 
-std::unique_ptr<Step> makeLayerNorm(const ir::Node& node) {
+// LayerNormalization, or with `skip` kiln.AddLayerNormalization (X + Skip normalised; output 1
+// the sum instead of the Mean).
+std::unique_ptr<Step> makeLayerNorm(const ir::Node& node, bool skip) {
   const ir::Value* x = node.inputs[0];
   const ir::Value* y = node.outputs[0];
   const std::optional<ElementType> type = typeOf(x);
   if (!type || !sameType(y, x) || x->shape != y->shape || !node.input(1)) return nullptr;
+  if (skip) {
+    const ir::Value* other = node.input(3);
+    const ir::Value* sum = node.outputs.size() > 1 ? node.outputs[1] : nullptr;
+    if (!other || !sameType(other, x) || other->shape != x->shape || node.outputs.size() > 2 ||
+        (sum && (!sameType(sum, x) || sum->shape != x->shape))) {
+      return nullptr;
+    }
+  }
   const int64_t rank = static_cast<int64_t>(x->shape.rank());
   auto rawAxis = node.getInt("axis", -1);
   auto epsilon = node.getFloat("epsilon", 1e-5f);
@@ -255,7 +274,7 @@ std::unique_ptr<Step> makeLayerNorm(const ir::Node& node) {
   // Mean and InvStdDev, when asked for, must have one value per row, both of one type: float
   // (stash_type 1), or x's type (cuda.precision gives a reduced node reduced statistics too).
   std::optional<DType> statType;
-  for (size_t i = 1; i < node.outputs.size(); ++i) {
+  for (size_t i = 1; i < node.outputs.size() && !skip; ++i) {
     const ir::Value* stat = node.outputs[i];
     if (!stat) continue;
     if (i > 2 || stat->shape.elementCount() != norm.rows) return nullptr;
@@ -268,8 +287,8 @@ std::unique_ptr<Step> makeLayerNorm(const ir::Node& node) {
   auto scale = rowParameter(node, 1, *x, a);
   auto bias = rowParameter(node, 2, *x, a);
   if (!scale || !bias) return nullptr;
-  auto step = std::make_unique<RowNormStep>(norm, std::move(*scale), std::move(*bias));
-  step->tactic = "kiln.layernorm";
+  auto step = std::make_unique<RowNormStep>(norm, std::move(*scale), std::move(*bias), skip);
+  step->tactic = skip ? "kiln.add_layernorm" : "kiln.layernorm";
   return step;
 }
 
@@ -441,12 +460,17 @@ std::unique_ptr<Step> makeLrn(const ir::Node& node) {
 }
 
 std::unique_ptr<Step> makeNormStep(const ir::Node& node, const knobs::Route& route) {
-  if (!node.domain.empty() || node.inputs.empty() || !node.inputs[0]) return nullptr;
-  if (node.outputs.empty() || !node.outputs[0]) return nullptr;
+  if (node.inputs.empty() || !node.inputs[0] || node.outputs.empty() || !node.outputs[0]) {
+    return nullptr;
+  }
+  if (node.domain == ir::kKilnDomain && node.opType == "AddLayerNormalization") {
+    return makeLayerNorm(node, true);
+  }
+  if (!node.domain.empty()) return nullptr;
   const std::string& op = node.opType;
   if (op == "Softmax" || op == "LogSoftmax" || op == "Hardmax") return makeSoftmax(node, route);
   if (op == "LpNormalization") return makeLpNormalization(node);
-  if (op == "LayerNormalization") return makeLayerNorm(node);
+  if (op == "LayerNormalization") return makeLayerNorm(node, false);
   if (op == "InstanceNormalization") return makeInstanceNorm(node);
   if (op == "BatchNormalization") return makeBatchNorm(node);
   if (op == "MeanVarianceNormalization") return makeMeanVariance(node);
