@@ -31,7 +31,7 @@ OpInput runtimeInput(Shape shape, unsigned seed, float scale = 1.0f) {
   return {uniformTensor(std::move(shape), seed, -scale, scale), false};
 }
 
-// The unfused tactic's cases name it: cuda.attention.kernel=auto would fuse the short float16 ones.
+// The unfused tactic's cases name it: the default (flash) would fuse the float16 ones it takes.
 CudaOpCase attention(std::vector<OpInput> inputs, CudaAttributes attributes,
                      const std::string& route) {
   CudaOpCase c{.opType = "Attention",
@@ -414,9 +414,9 @@ TEST(CudaAttention, FlashFallsBackToUnfused) {
                 reducedTypes()[1]);
 }
 
-// cuda.attention.kernel=auto (the default): flash for float16 / bfloat16 nodes over at most 256
-// keys that it takes, unfused past that and for float32.
-TEST(CudaAttention, AutoFusesShortFloat16Attention) {
+// cuda.attention.kernel=flash (the default): every float16 / bfloat16 node the kernel takes, at
+// any length; float32 and other head sizes unfused.
+TEST(CudaAttention, DefaultFusesFloat16Attention) {
   auto byDefault = [](std::vector<OpInput> inputs, const char* tactic) {
     CudaOpCase c = attention(std::move(inputs), {{"transpose_k", intAttr(1)}}, "");
     c.route = "";
@@ -425,7 +425,9 @@ TEST(CudaAttention, AutoFusesShortFloat16Attention) {
   };
   expectReduced(byDefault(flashInputs({2}, 40, 256, 64, true, 1600), "kiln.attention.flash"),
                 reducedTypes()[0]);
-  expectReduced(byDefault(flashInputs({2}, 40, 257, 64, true, 1610), "kiln.attention.unfused"),
+  expectReduced(byDefault(flashInputs({1}, 40, 600, 64, true, 1610), "kiln.attention.flash"),
+                reducedTypes()[1]);
+  expectReduced(byDefault(flashInputs({2}, 40, 60, 16, true, 1615), "kiln.attention.unfused"),
                 reducedTypes()[0]);
   expectCudaMatchesReference(
       byDefault(flashInputs({2}, 9, 11, 64, true, 1620), "kiln.attention.unfused"));

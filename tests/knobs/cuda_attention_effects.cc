@@ -23,39 +23,10 @@ ir::Graph attentionHeads() {
   return g.take();
 }
 
-// The same with 300 keys: past auto's bound, so unfused by default.
-ir::Graph attentionLongKeys() {
-  GraphSketch g;
-  g.output(g.node("Attention",
-                  {g.input("q", {1, 2, 40, 64}), g.input("k", {1, 2, 300, 64}),
-                   g.input("v", {1, 2, 300, 64}), g.weight("mask", {1, 1, 1, 300}, 2.0f)},
-                  {{"scale", ir::Attribute{0.125f}}, {"transpose_k", ir::Attribute{int64_t{1}}}},
-                  "attn", ir::kKilnDomain));
-  return g.take();
-}
-
-KILN_KNOB_EFFECT({
-    .knob = "cuda.attention.kernel",
-    .value = "flash",
-    .shows = "a float16 kiln.Attention over 300 keys runs as one fused kernel that keeps the "
-             "scores on chip instead of two cuBLASLt products around a softmax over float32 "
-             "scores (auto keeps it unfused past 256 keys)",
-    .backend = "cuda",
-    .graph = attentionLongKeys,
-    .baseRoute = "-cuda.precision=fp16 -cuda.host_fallback=off",
-    .tolerance = 2e-2,
-    .expect =
-        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
-          EXPECT_EQ(base.layer("attn").tactic, "kiln.attention.unfused");
-          EXPECT_EQ(changed.layer("attn").tactic, "kiln.attention.flash");
-          EXPECT_EQ(changed.layer("attn").precision, "fp16");
-        },
-});
-
 KILN_KNOB_EFFECT({
     .knob = "cuda.attention.kernel",
     .value = "unfused",
-    .shows = "a float16 kiln.Attention over 70 keys, fused by auto, runs as two cuBLASLt "
+    .shows = "a float16 kiln.Attention over 70 keys, fused by default, runs as two cuBLASLt "
              "products around a softmax over float32 scores instead",
     .backend = "cuda",
     .graph = attentionHeads,

@@ -15,7 +15,7 @@
 // cuBLASLt writes or reads starts 16-byte aligned whatever Skv is (ViT's 197, Swin's 49), as its
 // fastest tensor-core kernels want.
 //
-// Fused (cuda.attention.kernel=flash, and auto for at most kFlashAutoMaxKeys keys):
+// Fused (cuda.attention.kernel=flash, the default):
 // flash_attention.cu's one kernel, which keeps the scores in shared memory and never writes them,
 // for float16 / bfloat16 nodes with D == Dv in {32, 64, 128} and at least one query and one key.
 // Tactic "kiln.attention.flash". Any other node asked for flash takes the unfused tactic.
@@ -35,12 +35,11 @@ namespace kiln::cuda {
 const knobs::Knob kAttentionKernel = knobs::declareKnob({
     .name = "cuda.attention.kernel",
     .kind = knobs::KnobKind::kEnum,
-    .choices = {"auto", "unfused", "flash"},
-    .defaultValue = "auto",
-    .help = "kiln.Attention as two cuBLASLt products around a softmax over float32 scores in the "
-            "workspace (unfused), as one fused kernel that keeps the scores on chip (flash; "
-            "float16 / bfloat16 with head size 32, 64 or 128 only, other nodes stay unfused), or "
-            "flash where it applies and the keys are at most 256 (auto)",
+    .choices = {"flash", "unfused"},
+    .defaultValue = "flash",
+    .help = "kiln.Attention as one fused kernel that keeps the scores on chip (flash; float16 / "
+            "bfloat16 with head size 32, 64 or 128, other nodes stay unfused), or as two cuBLASLt "
+            "products around a softmax over float32 scores in the workspace (unfused)",
     .backends = {"cuda"},
     .perNode = true,
     // flash rounds the unnormalised probabilities to the storage type and sums them in another
@@ -50,13 +49,10 @@ const knobs::Knob kAttentionKernel = knobs::declareKnob({
 
 namespace {
 
-// cuda.attention.kernel=auto's bound on the keys. Measured on the H200 (fp16, per layer, CUDA
-// graph replay, 2026-12-03): flash against unfused 58 vs 45 us for GPT-2 (1 x 12 heads, 512
-// keys, causal mask), 20 vs 22 us for BERT-base (8 x 12 heads, 128 keys); ViT-B/16 (197 keys)
-// went from 2.21 to 2.02 ms a batch and Swin-T (49 keys) from 1.88 to 1.81 ms with flash. The
-// flash kernel loops over key tiles inside one CTA per 64 query rows, so long sequences with few
-// heads leave SMs idle; the unfused products spread them better.
-constexpr int64_t kFlashAutoMaxKeys = 256;
+// flash is the default wherever the kernel applies. Measured on the H200 (fp16, CUDA graph
+// replay, whole models, 2026-12-03, with the attention_heads layout): GPT-2 b1 s512 (12 heads,
+// 512 causal keys) 0.879 ms unfused against 0.667 ms flash; BERT-base b8 s128 0.859 against
+// 0.760 ms. (The WMMA kernel this one replaced lost at 512 keys, 58 against 45 us a layer.)
 
 constexpr int64_t kAlignment = 256;
 
@@ -320,7 +316,7 @@ std::unique_ptr<Step> makeAttentionStep(const ir::Node& node, const knobs::Route
   if (!geometry.isOk()) return nullptr;
   const ir::AttentionGeometry& g = *geometry;
   const std::string kernel = route.value(kAttentionKernel, &node);
-  const bool flash = kernel == "flash" || (kernel == "auto" && g.skv <= kFlashAutoMaxKeys);
+  const bool flash = kernel == "flash";
   if (flash && flashAttentionSupports(*type, g.d, g.dv, g.batch * g.sq, g.skv)) {
     return std::make_unique<FlashAttentionStep>(std::move(*geometry), *type);
   }

@@ -1,34 +1,70 @@
-// kiln.Attention's fused (flash-style) forward kernel (flash_attention.h). One CTA of four warps
-// takes one batch entry's block of 64 query rows, 16 rows a warp, and walks the keys in tiles of
-// 64: the tile's K and V are staged in shared memory by the whole CTA, each warp computes its
-// 16 x 64 scores with WMMA (16x16x16, float accumulators) into its own float scratch, folds them
-// into the rows' running maximum m and sum l (the online softmax, all float), writes the tile's
-// probabilities exp(s - m) in the storage type for the second product, and adds P · V (again
-// through its scratch) to an output accumulator it keeps in registers, after scaling that by
-// exp(m_old - m_new). The output is divided by l at the end.
+// kiln.Attention's fused (flash-style, FlashAttention-2 order) forward kernel (flash_attention.h).
+// One CTA of four warps takes one batch entry's block of 64 query rows, 16 rows a warp, and walks
+// the keys in tiles of 64. The whole CTA stages each tile's K (or K') and V in shared memory with
+// cp.async, double-buffered so that tile t + 1 loads while tile t is computed. Each warp keeps its
+// Q rows (as mma A fragments), its 16 x 64 scores and its 16 x D output accumulator in registers:
+// S = Q · K^T with mma.sync m16n8k16 (float accumulators), scale and mask, the online softmax
+// (running maximum m and sum l per row), the probabilities rounded to the storage type and
+// re-packed from S's accumulator registers into the A fragments of O += P · V, O first rescaled by
+// exp(m_old - m_new). O / l is staged through shared memory to 16-byte stores at the end.
 //
-// Within a warp, lane pair (2r, 2r + 1) owns row r: lane 2r + h the columns h, h + 2, h + 4, ...
-// of the scores and of the output accumulator, so the rescaling needs no exchange but one shuffle
-// between the pair for the row's maximum and sum.
+// Fragments (m16n8k16, per the PTX ISA; g = lane / 4, c = lane % 4):
+//   A 16x16 (row): a0 = (g, 2c..2c+1), a1 = (g+8, 2c..), a2 = (g, 2c+8..), a3 = (g+8, 2c+8..).
+//   B 16x8 (col):  b0 = (k 2c..2c+1, n g), b1 = (k 2c+8..2c+9, n g).
+//   C 16x8 (f32):  c0, c1 = (g, 2c), (g, 2c+1); c2, c3 = (g+8, 2c), (g+8, 2c+1).
+// ldmatrix .x4 takes the row addresses of matrix i from lanes 8i..8i+7 and gives register i:
+// (row g, columns 2c, 2c+1) of matrix i, or with .trans (rows 2c, 2c+1, column g) of it, the lower
+// index in the lower half. So, with the 8x8 matrices named by (rows, columns) of the stored tile:
+//   Q [rows][d]: matrices (rows 0-7 | 8-15) x (d 16kk+0-7 | +8-15) in the order a0..a3, i.e. lane
+//     l points at row l % 16, column 16kk + (l / 16) * 8; no .trans.
+//   K [keys][d] (transposeK): B(e, j) = K[j][e], so b0 of key tile n is the plain matrix (keys
+//     8n..8n+7) x (d 16kk..16kk+7); one .x4 gives (b0, b1) of key tiles 2p and 2p+1: lane l at key
+//     16p + (l / 16) * 8 + l % 8, column 16kk + ((l / 8) % 2) * 8; no .trans.
+//   K' [d][keys]: B(e, j) = K'[e][j], b0 of key tile n is the transposed matrix (d 16kk..16kk+7) x
+//     (keys 8n..8n+7): lane l at row 16kk + l % 16, column 16p + (l / 16) * 8; .trans.
+//   V [keys][d]: B(j, e) = V[j][e], the same as K' with keys for d: lane l at key 16kk + l % 16,
+//     column 16p + (l / 16) * 8, .trans, giving (b0, b1) of output tiles 2p and 2p + 1.
+//   P: S's accumulators of key tiles 2kk and 2kk + 1 are, per thread, (g | g+8, 16kk + 2c..) and
+//     (g | g+8, 16kk + 8 + 2c..): exactly a0..a3 of P · V's k step kk once packed in pairs.
 //
 // Non-finite values follow the reference (max-subtracted softmax in double): a row whose every
 // score is -inf, or that has a NaN score (or +inf), has NaN probabilities there, so its output is
-// NaN, or zeros with nanToZero. Here: exp is never taken of -inf - -inf (a -inf score gives p = 0
-// outright, and an unchanged maximum gives the factor 1), a NaN score makes l NaN, and a row ends
-// bad where l is not positive (0: nothing but -inf seen; NaN).
+// NaN, or zeros with nanToZero. Here: exp is never taken of -inf - -inf (a row whose maximum is
+// still -inf subtracts 0 instead, so a -inf score gives exp(-inf) = 0 and the factor for the old
+// state is exp(-inf) = 0, which leaves l = 0 (or NaN) as it was), a NaN score makes l NaN
+// (NaN - m is NaN), and a row ends bad where l is not positive (0: nothing but -inf seen; NaN).
+// l sums the probabilities as rounded to the storage type, which is what P · V multiplies; each
+// thread sums its own columns (the rescaling is per row, so linear) and the quad adds the four
+// partial sums at the end.
 //
-// Shared memory (bytes, d = 32 / 64 / 128): K or K' tile, V tile, P (4 warps x 16 x 64), float
-// scratch (4 warps x 16 x max(64, d)); the Q block is staged once through the scratch region
-// before the warps take their Q fragments into registers. Rows are padded by 16 bytes against
-// bank conflicts, and every WMMA pointer stays 32-byte aligned. 44 KiB at d = 64, 76 KiB at
-// d = 128 (configureFlashAttention raises the limit).
+// Shared memory: the Q block [64][d] (also the output staging at the end, each warp in its own 16
+// rows), two K buffers ([64][d], or K' [d][64]) and two V buffers [64][d], every row padded by 16
+// bytes: a pitch of an odd number of 16-byte units puts ldmatrix's 8 rows of 16 bytes in 8
+// different 4-bank groups, so neither ldmatrix nor the 16-byte cp.async stores conflict. Bytes
+// (transposeK / K'): d = 32: 25600 / 24576; d = 64: 46080 / 46080; d = 128: 87040 / 89088
+// (configureFlashAttention raises the limit above 48 KiB for d = 128).
+//
+// Tile sizes: 64 query rows a CTA (16 a warp is the mma's m) and 64 keys a tile for every head
+// size: the scores take 32 registers a thread, P's A fragments reuse them, and 64 keys give 4 k
+// steps of P · V against one ldmatrix .x4 per 16 output columns. Smaller key tiles would not save
+// work on the short sequences (Swin's 49 keys need 64 either way as 2 x 32), and larger ones add
+// registers d = 128 cannot spare.
+//
+// Registers (ptxas for sm_90, no spills): d = 32: 126-128, d = 64: 162-167, d = 128: 249-255, so
+// 4, 3 and 2 CTAs an SM (minBlocks). The mask's values of a full tile are loaded ahead of
+// Q · K^T, a word for two adjacent keys where the mask's columns are contiguous and its rows
+// 4-byte aligned (GPT-2's causal [1, 1, S, S], BERT's [B, 1, 1, S]); other masks and the last,
+// partial tile read them element by element.
+//
+// Operands not 16-byte aligned (the entry's origin, or a row stride not a multiple of 8) are
+// staged element by element with plain loads instead (slower, same result).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
-#include <mma.h>
 
 #include <climits>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "kiln/backends/cuda/kernels/device_types.cuh"
@@ -37,91 +73,144 @@
 namespace kiln::cuda {
 namespace {
 
-namespace wmma = nvcuda::wmma;
-
 using device::fromFloat;
 using device::toFloat;
 
 constexpr int kWarpSize = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kWarps = 4;
-constexpr int kWarpRows = 16;                   // query rows a warp
+constexpr int kWarpRows = 16;                   // query rows a warp: the mma's m
 constexpr int kBlockRows = kWarps * kWarpRows;  // query rows a CTA
 constexpr int kThreads = kWarps * kWarpSize;    // 128
 constexpr int kKeys = 64;                       // keys a tile
-constexpr int kFrag = 16;                       // WMMA's m = n = k
-constexpr int kHalfPad = 8;                     // 16 bytes of padding a row of halves
-constexpr int kFloatPad = 4;                    // 16 bytes of padding a row of floats
-constexpr int kLaneColumns = kKeys / 2;         // score columns a lane
+constexpr int kScoreTiles = kKeys / 8;          // n8 tiles of a warp's scores
+constexpr int kKeySteps = kKeys / 16;           // k16 steps of P · V
+constexpr int kPad = 8;                         // 16 bytes of padding a row
 constexpr int kStorageBytes = 2;                // float16 and bfloat16
+constexpr int kVector = 8;                      // elements in 16 bytes
 
 // Where each array lives in the dynamic shared memory, in bytes, and its row pitch in elements.
 template <int D, bool kTransposeK>
 struct Layout {
-  // K [keys][d] (transpose_k), read as WMMA's column-major B; K' [d][keys] otherwise, row-major B.
-  static constexpr int kLdK = kTransposeK ? D + kHalfPad : kKeys + kHalfPad;
+  static constexpr int kLdQ = D + kPad;
+  static constexpr int kLdK = kTransposeK ? D + kPad : kKeys + kPad;  // K [keys][d], K' [d][keys]
   static constexpr int kKRows = kTransposeK ? kKeys : D;
-  static constexpr int kLdV = D + kHalfPad;
-  static constexpr int kLdP = kKeys + kHalfPad;
-  static constexpr int kLdS = (D > kKeys ? D : kKeys) + kFloatPad;
-  static constexpr int kLdQ = D + kHalfPad;
+  static constexpr int kLdV = D + kPad;
 
-  static constexpr int kKBytes = kKRows * kLdK * kStorageBytes;
-  static constexpr int kVBytes = kKeys * kLdV * kStorageBytes;
-  static constexpr int kPBytes = kWarps * kWarpRows * kLdP * kStorageBytes;
-  static constexpr int kSBytes = kWarps * kWarpRows * kLdS * static_cast<int>(sizeof(float));
-  static constexpr int kQBytes = kBlockRows * kLdQ * kStorageBytes;
+  static constexpr int kKElements = kKRows * kLdK;  // one buffer
+  static constexpr int kVElements = kKeys * kLdV;
 
-  static constexpr int kK = 0;
-  static constexpr int kV = kK + kKBytes;
-  static constexpr int kP = kV + kVBytes;
-  static constexpr int kS = kP + kPBytes;  // the Q block, until the first tile
-  static constexpr int kBytes = kS + kSBytes;
+  static constexpr int kQ = 0;
+  static constexpr int kK = kQ + kBlockRows * kLdQ * kStorageBytes;
+  static constexpr int kV = kK + 2 * kKElements * kStorageBytes;
+  static constexpr int kBytes = kV + 2 * kVElements * kStorageBytes;
 
-  static_assert(kQBytes <= kSBytes, "the Q block must fit in the scratch it is staged through");
-  static_assert(kV % 128 == 0 && kP % 128 == 0 && kS % 128 == 0, "arrays 128-byte aligned");
-  // WMMA: pitches a multiple of 16 bytes; fragment origins (16-row steps) 32-byte aligned.
-  static_assert((kWarpRows * kLdK * kStorageBytes) % 32 == 0 &&
-                    (kWarpRows * kLdV * kStorageBytes) % 32 == 0 &&
-                    (kWarpRows * kLdP * kStorageBytes) % 32 == 0 &&
-                    (kWarpRows * kLdQ * kStorageBytes) % 32 == 0 &&
-                    (kWarpRows * kLdS * static_cast<int>(sizeof(float))) % 32 == 0,
-                "16-row steps keep WMMA pointers 32-byte aligned");
+  static_assert(kK % 128 == 0 && kV % 128 == 0 && (kKElements * kStorageBytes) % 128 == 0 &&
+                    (kVElements * kStorageBytes) % 128 == 0,
+                "arrays and buffers 128-byte aligned");
+  // An odd number of 16-byte units a row: ldmatrix's 8 rows hit 8 different 4-bank groups.
+  static_assert((kLdQ * kStorageBytes) % 32 == 16 && (kLdK * kStorageBytes) % 32 == 16 &&
+                    (kLdV * kStorageBytes) % 32 == 16,
+                "row pitches are an odd number of 16-byte units");
 };
 
-// The bits of a float16 or bfloat16.
-__device__ __forceinline__ unsigned bitsOf(__half v) { return __half_as_ushort(v); }
-__device__ __forceinline__ unsigned bitsOf(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
+// --- PTX wrappers (sm_80+) ---------------------------------------------------------------------
 
-// Copies the [kRows, kCols] tile at `global` (rows ldGlobal elements apart; only rows <
-// validRows and columns < validCols exist) into `shared` (rows ldShared apart), zeros for the
-// rest: V's missing keys must be 0, not stale data, as 0 * NaN would poison the product. With
-// `vectorized` (global and ldGlobal 16-byte aligned, validCols a multiple of 8) 16 bytes a load.
-// All kThreads threads take part.
-template <typename T, int kRows, int kCols>
-__device__ __forceinline__ void loadTile(T* shared, int ldShared, const T* global, int64_t ldGlobal,
-                                         int validRows, int validCols, bool vectorized) {
-  static_assert(kCols % 8 == 0, "tiles are whole 16-byte vectors wide");
-  if (vectorized) {
-    constexpr int kVectorsPerRow = kCols / 8;
-    for (int e = static_cast<int>(threadIdx.x); e < kRows * kVectorsPerRow; e += kThreads) {
-      const int r = e / kVectorsPerRow;
-      const int c = (e % kVectorsPerRow) * 8;
-      uint4 value = make_uint4(0, 0, 0, 0);
-      if (r < validRows && c < validCols) {
-        value = *reinterpret_cast<const uint4*>(global + r * ldGlobal + c);
-      }
-      *reinterpret_cast<uint4*>(shared + r * ldShared + c) = value;
-    }
-    return;
-  }
-  for (int e = static_cast<int>(threadIdx.x); e < kRows * kCols; e += kThreads) {
-    const int r = e / kCols;
-    const int c = e % kCols;
-    shared[r * ldShared + c] =
-        r < validRows && c < validCols ? global[r * ldGlobal + c] : fromFloat<T>(0.0f);
+__device__ __forceinline__ unsigned sharedAddress(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// Starts copying `bytes` (0 to 16) from global to shared and zero-fills the rest of the 16 (.cg:
+// through L2 only). Both addresses 16-byte aligned. Complete after waitCopies and, for the other
+// threads, a barrier.
+__device__ __forceinline__ void copy16Async(void* shared, const void* global, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sharedAddress(shared)),
+               "l"(global), "r"(bytes));
+}
+
+__device__ __forceinline__ void commitCopies() { asm volatile("cp.async.commit_group;\n" ::); }
+
+// Waits for every copy this thread started.
+__device__ __forceinline__ void waitCopies() {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+// Four 8x8 matrices of 16-bit elements, row addresses from lanes 8i..8i+7 for matrix i. Volatile:
+// shared memory changes under the same address from one tile to the next.
+template <bool kTrans>
+__device__ __forceinline__ void loadMatrices(unsigned (&r)[4], const void* shared) {
+  if constexpr (kTrans) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(sharedAddress(shared)));
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(sharedAddress(shared)));
   }
 }
+
+// c += a · b on tensor cores: A 16x16, B 16x8 of T, C 16x8 float (fragments as in the header).
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&c)[4], const unsigned (&a)[4], unsigned b0,
+                                         unsigned b1) {
+  if constexpr (std::is_same_v<T, __half>) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    static_assert(std::is_same_v<T, __nv_bfloat16>, "float16 or bfloat16");
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// --- pairs of float16 / bfloat16 as one 32-bit word (the lower index in the lower half) ---------
+
+template <typename To, typename From>
+__device__ __forceinline__ To bitCast(const From& from) {
+  static_assert(sizeof(To) == sizeof(From), "same size");
+  To to;
+  memcpy(&to, &from, sizeof(To));
+  return to;
+}
+
+template <typename T>
+struct Pair;
+
+template <>
+struct Pair<__half> {
+  static __device__ __forceinline__ unsigned pack(float lo, float hi) {
+    return bitCast<unsigned>(__floats2half2_rn(lo, hi));
+  }
+  static __device__ __forceinline__ float2 unpack(unsigned bits) {
+    return __half22float2(bitCast<__half2>(bits));
+  }
+};
+
+template <>
+struct Pair<__nv_bfloat16> {
+  static __device__ __forceinline__ unsigned pack(float lo, float hi) {
+    return bitCast<unsigned>(__floats2bfloat162_rn(lo, hi));
+  }
+  static __device__ __forceinline__ float2 unpack(unsigned bits) {
+    return __bfloat1622float2(bitCast<__nv_bfloat162>(bits));
+  }
+};
+
+// Rounds lo and hi to T, packed, and adds the rounded values to sum.
+template <typename T>
+__device__ __forceinline__ unsigned packAndSum(float lo, float hi, float& sum) {
+  const unsigned bits = Pair<T>::pack(lo, hi);
+  const float2 rounded = Pair<T>::unpack(bits);
+  sum += rounded.x + rounded.y;
+  return bits;
+}
+
+// --- staging ------------------------------------------------------------------------------------
 
 __device__ __forceinline__ bool aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
@@ -131,28 +220,68 @@ __device__ __forceinline__ int64_t offsetOf(const FlashOperand& o, int64_t outer
   return outer * o.outerStride + head * o.headStride;
 }
 
+// Copies the [kRows, kCols] tile at `global` (rows ldGlobal elements apart; only rows < validRows
+// and columns < validCols exist) into `shared` (rows ldShared apart), zeros for the rest: V's
+// missing keys must be 0, not stale data, as 0 * NaN would poison the product. With `vectorized`
+// (global and ldGlobal 16-byte aligned) by cp.async, 16 bytes a copy (a partial vector reads only
+// its valid elements); else element by element, synchronously. All kThreads threads take part
+// (block-uniform `vectorized`).
+template <typename T, int kRows, int kCols>
+__device__ __forceinline__ void stageTile(T* shared, int ldShared, const T* global,
+                                          int64_t ldGlobal, int validRows, int validCols,
+                                          bool vectorized) {
+  static_assert(kCols % kVector == 0, "tiles are whole 16-byte vectors wide");
+  const int tid = static_cast<int>(threadIdx.x);
+  if (vectorized) {
+    constexpr int kVectorsPerRow = kCols / kVector;
+    constexpr int kVectors = kRows * kVectorsPerRow;
+    static_assert(kVectors % kThreads == 0, "every thread copies as many vectors");
+#pragma unroll
+    for (int i = 0; i < kVectors / kThreads; ++i) {
+      const int e = i * kThreads + tid;
+      const int r = e / kVectorsPerRow;
+      const int c = (e % kVectorsPerRow) * kVector;
+      const int remaining = validCols - c;
+      const int elements = r >= validRows || remaining <= 0 ? 0
+                           : remaining < kVector            ? remaining
+                                                            : kVector;
+      // With nothing to read, any valid address will do: the tile's origin.
+      const T* from = elements > 0 ? global + r * ldGlobal + c : global;
+      copy16Async(shared + r * ldShared + c, from, elements * kStorageBytes);
+    }
+    return;
+  }
+  for (int e = tid; e < kRows * kCols; e += kThreads) {
+    const int r = e / kCols;
+    const int c = e % kCols;
+    shared[r * ldShared + c] =
+        r < validRows && c < validCols ? global[r * ldGlobal + c] : fromFloat<T>(0.0f);
+  }
+}
+
+// CTAs an SM the registers must allow: 4 for d = 32 (at most 128 registers a thread; Swin's
+// thousands of short entries want the occupancy), 3 for d = 64 (168: at 128 the mask words loaded
+// ahead of Q · K^T spill), 2 for d = 128 (255: O and the Q fragments alone take 96).
+constexpr int minBlocks(int d) { return d == 32 ? 4 : d == 64 ? 3 : 2; }
+
 template <typename T, int D, bool kTransposeK>
 __device__ __forceinline__ void flashAttention(const FlashAttentionArgs& args) {
   using L = Layout<D, kTransposeK>;
-  using AFragment = wmma::fragment<wmma::matrix_a, kFrag, kFrag, kFrag, T, wmma::row_major>;
-  using KFragment =
-      wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, T,
-                     std::conditional_t<kTransposeK, wmma::col_major, wmma::row_major>>;
-  using VFragment = wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, T, wmma::row_major>;
-  using Accumulator = wmma::fragment<wmma::accumulator, kFrag, kFrag, kFrag, float>;
+  constexpr int kDepthSteps = D / 16;  // k16 steps of Q · K^T
+  constexpr int kOutTiles = D / 8;     // n8 tiles of the output
 
   extern __shared__ __align__(128) unsigned char shared[];
+  T* sQ = reinterpret_cast<T*>(shared + L::kQ);
   T* sK = reinterpret_cast<T*>(shared + L::kK);
   T* sV = reinterpret_cast<T*>(shared + L::kV);
-  T* sP = reinterpret_cast<T*>(shared + L::kP);
-  float* sS = reinterpret_cast<float*>(shared + L::kS);
-  T* sQ = reinterpret_cast<T*>(shared + L::kS);
 
   const int64_t qBlocks = (args.sq + kBlockRows - 1) / kBlockRows;
   const int64_t b = static_cast<int64_t>(blockIdx.x) / qBlocks;
   const int64_t q0 = (static_cast<int64_t>(blockIdx.x) - b * qBlocks) * kBlockRows;
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int group = lane / 4;     // rows group and group + 8 of the warp's 16
+  const int quadLane = lane % 4;  // columns 2 * quadLane and + 1 of every n8 tile
 
   const int64_t outer = b / args.heads;
   const int64_t head = b - outer * args.heads;
@@ -164,171 +293,254 @@ __device__ __forceinline__ void flashAttention(const FlashAttentionArgs& args) {
   const int64_t ldK = args.kLayout.rowStride;
   const int64_t ldV = args.vLayout.rowStride;
   const int64_t ldY = args.yLayout.rowStride;
-  // Block-uniform: every thread takes the same branch of loadTile. 16-byte vectors need every
-  // matrix origin and row 16-byte aligned.
-  const bool vectorized = aligned16(q) && aligned16(k) && aligned16(v) && aligned16(y) &&
-                          ldQ % 8 == 0 && ldV % 8 == 0 && ldY % 8 == 0;
-  const bool vectorizedK = vectorized && ldK % 8 == 0;
+  // Block-uniform. 16-byte vectors need the entry's origin and every row 16-byte aligned (tile
+  // origins then are: key0 is a multiple of 64).
+  const bool vectorQ = aligned16(q) && ldQ % kVector == 0;
+  const bool vectorK = aligned16(k) && ldK % kVector == 0;
+  const bool vectorV = aligned16(v) && ldV % kVector == 0;
+  const bool vectorY = aligned16(y) && ldY % kVector == 0;
 
-  // The Q block, through the scratch, into each warp's A fragments (kept for every tile).
+  const int64_t skv = args.skv;
+  // Stages the key tile from key0 on, K (or K') and V, into buffer 0 or 1.
+  auto stageKeys = [&](int64_t key0, int buffer) {
+    const int keys = static_cast<int>(skv - key0 < kKeys ? skv - key0 : kKeys);
+    T* toK = sK + buffer * L::kKElements;
+    T* toV = sV + buffer * L::kVElements;
+    if constexpr (kTransposeK) {
+      stageTile<T, kKeys, D>(toK, L::kLdK, k + key0 * ldK, ldK, keys, D, vectorK);
+    } else {
+      // K' [d][keys]: the tile's rows start key0 into each row.
+      stageTile<T, D, kKeys>(toK, L::kLdK, k + key0, ldK, D, keys, vectorK);
+    }
+    stageTile<T, kKeys, D>(toV, L::kLdV, v + key0 * ldV, ldV, keys, D, vectorV);
+  };
+
+  // The Q block (rows past sq zero) and the first key tile, then each warp's Q fragments, kept in
+  // registers for every tile.
   const int queries = static_cast<int>(args.sq - q0 < kBlockRows ? args.sq - q0 : kBlockRows);
-  loadTile<T, kBlockRows, D>(sQ, L::kLdQ, q + q0 * ldQ, ldQ, queries, D, vectorized);
+  stageTile<T, kBlockRows, D>(sQ, L::kLdQ, q + q0 * ldQ, ldQ, queries, D, vectorQ);
+  stageKeys(0, 0);
+  commitCopies();
+  waitCopies();
   __syncthreads();
-  AFragment qFragments[D / kFrag];
-#pragma unroll
-  for (int kk = 0; kk < D / kFrag; ++kk) {
-    wmma::load_matrix_sync(qFragments[kk], sQ + warp * kWarpRows * L::kLdQ + kk * kFrag, L::kLdQ);
-  }
-  // (The first tile's barriers below come before any warp writes its scratch over sQ.)
 
-  const int row = lane / 2;  // of the warp's 16
-  const int column = lane % 2;
   const int64_t warpRow0 = q0 + warp * kWarpRows;
   const bool warpActive = warpRow0 < args.sq;  // warp-uniform
-  const int64_t i = warpRow0 + row;            // this lane's query row
-  const T* mask = nullptr;
-  if (args.mask && i < args.sq) {
-    mask = static_cast<const T*>(args.mask) + args.maskBatchOffsets[b] + i * args.maskRowStride;
+  unsigned qFragments[kDepthSteps][4];
+  if (warpActive) {
+    const T* from = sQ + (warp * kWarpRows + lane % 16) * L::kLdQ + (lane / 16) * 8;
+#pragma unroll
+    for (int kk = 0; kk < kDepthSteps; ++kk) loadMatrices<false>(qFragments[kk], from + kk * 16);
   }
-  float* sSw = sS + warp * kWarpRows * L::kLdS;
-  T* sPw = sP + warp * kWarpRows * L::kLdP;
-  float* sSRow = sSw + row * L::kLdS;
-  T* sPRow = sPw + row * L::kLdP;
 
-  float out[D / 2];  // columns column + 2t of row `row`, unnormalised
+  // Each lane's offsets of its ldmatrix row addresses in a K and a V buffer (see the header).
+  const int kLane = kTransposeK ? ((lane / 16) * 8 + lane % 8) * L::kLdK + ((lane / 8) % 2) * 8
+                                : (lane % 16) * L::kLdK + (lane / 16) * 8;
+  const int vLane = (lane % 16) * L::kLdV + (lane / 16) * 8;
+
+  // The mask rows of this thread's two query rows (rows past sq read row sq - 1: their results
+  // are never stored). Pairs of adjacent keys load as one word where the columns are contiguous
+  // and every row starts 4-byte aligned (GPT-2's [1, 1, S, S], BERT's [B, 1, 1, S]).
+  const bool hasMask = args.mask != nullptr;
+  const T* maskRows[2] = {nullptr, nullptr};
+  bool pairedMask = false;
+  if (hasMask) {
+    const int64_t offset = args.maskBatchOffsets[b];
+    const T* base = static_cast<const T*>(args.mask) + offset;
 #pragma unroll
-  for (int t = 0; t < D / 2; ++t) out[t] = 0.0f;
-  float runningMax = -INFINITY;
-  float runningSum = 0.0f;
-
-  for (int64_t key0 = 0; key0 < args.skv; key0 += kKeys) {
-    const int keys = static_cast<int>(args.skv - key0 < kKeys ? args.skv - key0 : kKeys);
-    __syncthreads();  // the previous tile's K and V (and, first, the Q block) are read
-    if constexpr (kTransposeK) {
-      loadTile<T, kKeys, D>(sK, L::kLdK, k + key0 * ldK, ldK, keys, D, vectorizedK);
-    } else {
-      // K' [d][keys]: a tile's rows start key0 into each row; 16-byte vectors need key0 and the
-      // keys in whole vectors.
-      loadTile<T, D, kKeys>(sK, L::kLdK, k + key0, ldK, D, keys, vectorizedK && keys % 8 == 0);
+    for (int r = 0; r < 2; ++r) {
+      const int64_t i = warpRow0 + group + 8 * r;
+      maskRows[r] = base + (i < args.sq ? i : args.sq - 1) * args.maskRowStride;
     }
-    loadTile<T, kKeys, D>(sV, L::kLdV, v + key0 * ldV, ldV, keys, D, vectorized);
-    __syncthreads();
-    // A warp whose rows are all past sq skips the work but still meets every barrier. Then the
-    // scores: the warp's 16 rows against the tile's 64 keys, unscaled, into the scratch.
+    pairedMask = args.maskColumnStride == 1 && args.maskRowStride % 2 == 0 && offset % 2 == 0 &&
+                 (reinterpret_cast<uintptr_t>(args.mask) & 3u) == 0;
+  }
+
+  // Per thread: rows group (index 0) and group + 8 (index 1) of the warp's 16.
+  float rowMax[2] = {-INFINITY, -INFINITY};
+  float rowSum[2] = {0.0f, 0.0f};  // this thread's columns only, until the end
+  float out[kOutTiles][4];         // unnormalised O, C fragments
+#pragma unroll
+  for (int n = 0; n < kOutTiles; ++n) {
+#pragma unroll
+    for (int x = 0; x < 4; ++x) out[n][x] = 0.0f;
+  }
+
+  int buffer = 0;  // the tile's, tiles alternating
+  for (int64_t key0 = 0; key0 < skv; key0 += kKeys, buffer ^= 1) {
+    if (key0 > 0) {
+      waitCopies();
+      __syncthreads();  // this tile is staged; every warp is done with the previous one's buffer
+    }
+    if (key0 + kKeys < skv) {
+      stageKeys(key0 + kKeys, buffer ^ 1);
+      commitCopies();
+    }
+    // A warp whose rows are all past sq skips the work but still stages and meets every barrier.
     if (!warpActive) continue;
+
+    const int keys = static_cast<int>(skv - key0 < kKeys ? skv - key0 : kKeys);
+    const bool fullTile = keys == kKeys;
+    const T* tileK = sK + buffer * L::kKElements + kLane;
+    const T* tileV = sV + buffer * L::kVElements + vLane;
+
+    // The mask words of a full tile, loaded ahead of the product to hide their latency.
+    const bool pairedTile = pairedMask && fullTile;
+    unsigned maskWords[2][kScoreTiles];
 #pragma unroll
-    for (int n = 0; n < kKeys / kFrag; ++n) {
-      Accumulator scores;
-      wmma::fill_fragment(scores, 0.0f);
+    for (int r = 0; r < 2; ++r) {
 #pragma unroll
-      for (int kk = 0; kk < D / kFrag; ++kk) {
-        KFragment kFragment;
+      for (int n = 0; n < kScoreTiles; ++n) {
+        maskWords[r][n] = pairedTile ? __ldg(reinterpret_cast<const unsigned*>(
+                                           maskRows[r] + key0 + n * 8 + 2 * quadLane))
+                                     : 0u;
+      }
+    }
+
+    // S = Q · K^T, the warp's 16 rows against the tile's 64 keys.
+    float s[kScoreTiles][4];
+#pragma unroll
+    for (int n = 0; n < kScoreTiles; ++n) {
+#pragma unroll
+      for (int x = 0; x < 4; ++x) s[n][x] = 0.0f;
+    }
+#pragma unroll
+    for (int kk = 0; kk < kDepthSteps; ++kk) {
+#pragma unroll
+      for (int p = 0; p < kScoreTiles / 2; ++p) {
+        unsigned bk[4];
         if constexpr (kTransposeK) {
-          // K [keys][d]: B(e, j) = K[j][e], column-major with the keys as columns.
-          wmma::load_matrix_sync(kFragment, sK + n * kFrag * L::kLdK + kk * kFrag, L::kLdK);
+          loadMatrices<false>(bk, tileK + p * 16 * L::kLdK + kk * 16);
         } else {
-          // K' [d][keys]: B(e, j) = K'[e][j], row-major.
-          wmma::load_matrix_sync(kFragment, sK + kk * kFrag * L::kLdK + n * kFrag, L::kLdK);
+          loadMatrices<true>(bk, tileK + kk * 16 * L::kLdK + p * 16);
         }
-        wmma::mma_sync(scores, qFragments[kk], kFragment, scores);
+        mma16816<T>(s[2 * p], qFragments[kk], bk[0], bk[1]);
+        mma16816<T>(s[2 * p + 1], qFragments[kk], bk[2], bk[3]);
       }
-      wmma::store_matrix_sync(sSw + n * kFrag, scores, L::kLdS, wmma::mem_row_major);
     }
-    __syncwarp();
 
-    // The online softmax of this lane's half row. Missing keys (past skv) count as -inf.
-    float s[kLaneColumns];
-    float tileMax = -INFINITY;
+    // Scale and mask (the reference's scale * dot + mask); missing keys (past skv) are -inf.
+    float tileMax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int t = 0; t < kLaneColumns; ++t) {
-      const int c = column + 2 * t;
-      float score = -INFINITY;
-      if (c < keys) {
-        score = args.scale * sSRow[c];
-        if (mask) score += toFloat(mask[(key0 + c) * args.maskColumnStride]);
+    for (int n = 0; n < kScoreTiles; ++n) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float2 pair = Pair<T>::unpack(maskWords[r][n]);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int column = n * 8 + 2 * quadLane + h;
+          float bias = 0.0f;
+          if (pairedTile) {
+            bias = h == 0 ? pair.x : pair.y;
+          } else if (hasMask && column < keys) {
+            bias = toFloat(maskRows[r][(key0 + column) * args.maskColumnStride]);
+          }
+          float score = fmaf(args.scale, s[n][2 * r + h], bias);
+          if (!fullTile && column >= keys) score = -INFINITY;
+          s[n][2 * r + h] = score;
+          tileMax[r] = fmaxf(tileMax[r], score);  // fmaxf skips NaN, as the reference's std::max
+        }
       }
-      s[t] = score;
-      tileMax = fmaxf(tileMax, score);  // fmaxf skips NaN, as the reference's std::max
     }
-    tileMax = fmaxf(tileMax, __shfl_xor_sync(kFullMask, tileMax, 1));
-    const float newMax = fmaxf(runningMax, tileMax);
-    // Equal maxima (both -inf included) keep the factor 1: exp(-inf - -inf) would be NaN.
-    const float rescale = runningMax == newMax ? 1.0f : __expf(runningMax - newMax);
-    float tileSum = 0.0f;
-#pragma unroll
-    for (int t = 0; t < kLaneColumns; ++t) {
-      // A -inf score weighs 0 even under a -inf maximum; NaN (and +inf - +inf) stay NaN.
-      const float p = s[t] == -INFINITY ? 0.0f : __expf(s[t] - newMax);
-      const T stored = fromFloat<T>(p);
-      sPRow[column + 2 * t] = stored;
-      tileSum += toFloat(stored);  // the sum of what P · V multiplies
-    }
-    tileSum += __shfl_xor_sync(kFullMask, tileSum, 1);
-    runningSum = runningSum * rescale + tileSum;
-    runningMax = newMax;
-#pragma unroll
-    for (int t = 0; t < D / 2; ++t) out[t] *= rescale;
-    __syncwarp();
 
-    // P · V for the tile, through the scratch, added to the accumulator.
-    AFragment pFragments[kKeys / kFrag];
+    // The online softmax: new maxima over the quad (the 4 lanes of a row), the old state's factor,
+    // the probabilities packed as P · V's A fragments.
+    float shift[2];
 #pragma unroll
-    for (int kk = 0; kk < kKeys / kFrag; ++kk) {
-      wmma::load_matrix_sync(pFragments[kk], sPw + kk * kFrag, L::kLdP);
-    }
+    for (int r = 0; r < 2; ++r) {
+      tileMax[r] = fmaxf(tileMax[r], __shfl_xor_sync(kFullMask, tileMax[r], 1));
+      tileMax[r] = fmaxf(tileMax[r], __shfl_xor_sync(kFullMask, tileMax[r], 2));
+      const float newMax = fmaxf(rowMax[r], tileMax[r]);
+      // Still -inf: subtract 0, never -inf - -inf (see the header).
+      shift[r] = newMax == -INFINITY ? 0.0f : newMax;
+      const float factor = __expf(rowMax[r] - shift[r]);
+      rowMax[r] = newMax;
+      rowSum[r] *= factor;
 #pragma unroll
-    for (int n = 0; n < D / kFrag; ++n) {
-      Accumulator values;
-      wmma::fill_fragment(values, 0.0f);
-#pragma unroll
-      for (int kk = 0; kk < kKeys / kFrag; ++kk) {
-        VFragment vFragment;
-        wmma::load_matrix_sync(vFragment, sV + kk * kFrag * L::kLdV + n * kFrag, L::kLdV);
-        wmma::mma_sync(values, pFragments[kk], vFragment, values);
+      for (int n = 0; n < kOutTiles; ++n) {
+        out[n][2 * r] *= factor;
+        out[n][2 * r + 1] *= factor;
       }
-      wmma::store_matrix_sync(sSw + n * kFrag, values, L::kLdS, wmma::mem_row_major);
     }
-    __syncwarp();
+    unsigned pFragments[kKeySteps][4];
 #pragma unroll
-    for (int t = 0; t < D / 2; ++t) out[t] += sSRow[column + 2 * t];
-    __syncwarp();  // the next tile's scores overwrite the scratch
+    for (int kk = 0; kk < kKeySteps; ++kk) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {  // key tiles 2kk and 2kk + 1
+        const float* c = s[2 * kk + half];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          pFragments[kk][2 * half + r] = packAndSum<T>(__expf(c[2 * r] - shift[r]),
+                                                       __expf(c[2 * r + 1] - shift[r]), rowSum[r]);
+        }
+      }
+    }
+
+    // O += P · V.
+#pragma unroll
+    for (int kk = 0; kk < kKeySteps; ++kk) {
+#pragma unroll
+      for (int p = 0; p < kOutTiles / 2; ++p) {
+        unsigned bv[4];
+        loadMatrices<true>(bv, tileV + kk * 16 * L::kLdV + p * 16);
+        mma16816<T>(out[2 * p], pFragments[kk], bv[0], bv[1]);
+        mma16816<T>(out[2 * p + 1], pFragments[kk], bv[2], bv[3]);
+      }
+    }
   }
   if (!warpActive) return;  // no barrier follows
 
-  // Normalise into the scratch, then store the warp's rows 16 bytes at a time.
-  const bool bad = !(runningSum > 0.0f);  // 0: every score -inf; NaN: a NaN (or +inf) score
+  // Normalise into the warp's own rows of the Q block (only this warp read them, into its
+  // fragments), then store the rows below sq 16 bytes at a time.
   const float fill = args.nanToZero ? 0.0f : __int_as_float(0x7fc00000);
-  const float inverse = 1.0f / runningSum;
+  float inverse[2];
+  bool bad[2];
 #pragma unroll
-  for (int t = 0; t < D / 2; ++t) sSRow[column + 2 * t] = bad ? fill : out[t] * inverse;
+  for (int r = 0; r < 2; ++r) {
+    rowSum[r] += __shfl_xor_sync(kFullMask, rowSum[r], 1);
+    rowSum[r] += __shfl_xor_sync(kFullMask, rowSum[r], 2);
+    bad[r] = !(rowSum[r] > 0.0f);  // 0: every score -inf; NaN: a NaN (or +inf) score
+    inverse[r] = 1.0f / rowSum[r];
+  }
+  T* staged = sQ + warp * kWarpRows * L::kLdQ;
   __syncwarp();
-  constexpr int kVectorsPerRow = D / 8;
-  for (int e = lane; e < kWarpRows * kVectorsPerRow; e += kWarpSize) {
-    const int r = e / kVectorsPerRow;
-    const int c = (e % kVectorsPerRow) * 8;
-    if (warpRow0 + r >= args.sq) continue;
-    const float* from = sSw + r * L::kLdS + c;
-    T* to = y + (warpRow0 + r) * ldY + c;
-    if (vectorized) {
-      unsigned words[4];
 #pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        words[w] =
-            bitsOf(fromFloat<T>(from[2 * w])) | (bitsOf(fromFloat<T>(from[2 * w + 1])) << 16);
-      }
-      *reinterpret_cast<uint4*>(to) = make_uint4(words[0], words[1], words[2], words[3]);
+  for (int n = 0; n < kOutTiles; ++n) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float lo = bad[r] ? fill : out[n][2 * r] * inverse[r];
+      const float hi = bad[r] ? fill : out[n][2 * r + 1] * inverse[r];
+      *reinterpret_cast<unsigned*>(staged + (group + 8 * r) * L::kLdQ + n * 8 + 2 * quadLane) =
+          Pair<T>::pack(lo, hi);
+    }
+  }
+  __syncwarp();
+  constexpr int kVectorsPerRow = D / kVector;
+  static_assert((kWarpRows * kVectorsPerRow) % kWarpSize == 0, "every lane stores as many");
+#pragma unroll
+  for (int i = 0; i < kWarpRows * kVectorsPerRow / kWarpSize; ++i) {
+    const int e = i * kWarpSize + lane;
+    const int r = e / kVectorsPerRow;
+    const int c = (e % kVectorsPerRow) * kVector;
+    if (warpRow0 + r >= args.sq) continue;
+    const T* from = staged + r * L::kLdQ + c;
+    T* to = y + (warpRow0 + r) * ldY + c;
+    if (vectorY) {
+      *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(from);
     } else {
 #pragma unroll
-      for (int j = 0; j < 8; ++j) to[j] = fromFloat<T>(from[j]);
+      for (int j = 0; j < kVector; ++j) to[j] = from[j];
     }
   }
 }
 
 template <typename T, int D, bool kTransposeK>
-__global__ void __launch_bounds__(kThreads) flashAttentionKernel(FlashAttentionArgs args) {
+__global__ void __launch_bounds__(kThreads, minBlocks(D))
+    flashAttentionKernel(FlashAttentionArgs args) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   (void)args;
-  __trap();  // bfloat16 WMMA needs sm_80 (the step's prepare refuses older devices)
+  __trap();  // mma.sync m16n8k16 (bfloat16), ldmatrix and cp.async need sm_80 (the step's prepare
+             // refuses older devices)
 #else
   flashAttention<T, D, kTransposeK>(args);
 #endif

@@ -1,7 +1,7 @@
 // kiln.Attention (src/kiln/ir/ops/attention.h) as one fused kernel (flash_attention.cu): the
-// scores of a block of query rows against a tile of keys at a time, in shared memory only, with a
-// running (online) softmax, so the score matrix is never written to global memory. Float16 and
-// bfloat16 on tensor cores (WMMA, float32 accumulation), head sizes 32, 64 and 128.
+// scores of a block of query rows against a tile of keys at a time, in registers only, with a
+// running (online) softmax, so the score matrix is never written to memory. Float16 and bfloat16
+// on tensor cores (mma.sync, float32 accumulation), head sizes 32, 64 and 128; sm_80 or newer.
 #pragma once
 
 #include <cuda_runtime_api.h>
