@@ -66,10 +66,11 @@ __device__ __forceinline__ float blockReduce(float value, Op op, float* shared) 
 // The mask row of flat score row `row` (null without a mask).
 template <typename T>
 __device__ __forceinline__ const T* maskRow(const AttentionSoftmaxArgs& args, int64_t row) {
-  if (!args.mask) return nullptr;
+  if (!args.mask.values) return nullptr;
   const int64_t b = row / args.sq;
   const int64_t i = row - b * args.sq;
-  return static_cast<const T*>(args.mask) + args.maskBatchOffsets[b] + i * args.maskRowStride;
+  return static_cast<const T*>(args.mask.values) + args.mask.batchOffsets[b] +
+         i * args.mask.rowStride;
 }
 
 // One warp a row, the row in registers. A warp's row is the same for all its lanes, so whole
@@ -94,7 +95,7 @@ __global__ void __launch_bounds__(kWarpRowThreads) warpSoftmaxKernel(AttentionSo
       float score = -INFINITY;
       if (j < width) {
         score = scores[j];
-        if (mask) score += toFloat(mask[j * args.maskColumnStride]);
+        if (mask) score += toFloat(mask[j * args.mask.columnStride]);
         max = fmaxf(max, score);
       }
       v[t] = score;
@@ -140,7 +141,7 @@ __global__ void __launch_bounds__(kBlockRowThreads) blockSoftmaxKernel(Attention
     for (int64_t j = thread; j < width; j += size) {
       float score = scores[j];
       if (mask) {
-        score += toFloat(mask[j * args.maskColumnStride]);
+        score += toFloat(mask[j * args.mask.columnStride]);
         scores[j] = score;
       }
       max = fmaxf(max, score);

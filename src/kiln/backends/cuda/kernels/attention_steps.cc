@@ -141,6 +141,16 @@ Result<const int64_t*> uploadMaskOffsets(PrepareContext& prepare, const ir::Atte
   return reinterpret_cast<const int64_t*>(offsets);
 }
 
+// The mask (input 3) as the kernels read it, with its offsets' device copy; none without one.
+AttentionMask maskOf(const Context& c, const Step& step, const ir::AttentionGeometry& g,
+                     const int64_t* deviceOffsets) {
+  if (!g.hasMask) return {};
+  return {.values = c.address(*step.inputs[3]),
+          .batchOffsets = deviceOffsets,
+          .rowStride = g.maskRowStride,
+          .columnStride = g.maskColumnStride};
+}
+
 class AttentionStep final : public Step {
  public:
   AttentionStep(ir::AttentionGeometry geometry, GemmType type, const ProductOptions& options)
@@ -205,12 +215,7 @@ class AttentionStep final : public Step {
     softmax.skv = g_.skv;
     softmax.scoresPitch = rowPitch(g_.skv, kGemmFloat32);
     softmax.probabilitiesPitch = rowPitch(g_.skv, type_);
-    if (g_.hasMask) {
-      softmax.mask = context.address(*inputs[3]);
-      softmax.maskBatchOffsets = maskOffsets_;
-      softmax.maskRowStride = g_.maskRowStride;
-      softmax.maskColumnStride = g_.maskColumnStride;
-    }
+    softmax.mask = maskOf(context, *this, g_, maskOffsets_);
     softmax.nanToZero = g_.nanToZero;
     KILN_RETURN_IF_ERROR(
         cudaStatus(launchAttentionSoftmax(softmax, context.stream), "the attention softmax"));
@@ -283,12 +288,7 @@ class FlashAttentionStep final : public Step {
     a.d = g_.d;
     a.transposeK = g_.transposeK;
     a.scale = g_.scale;
-    if (g_.hasMask) {
-      a.mask = context.address(*inputs[3]);
-      a.maskBatchOffsets = maskOffsets_;
-      a.maskRowStride = g_.maskRowStride;
-      a.maskColumnStride = g_.maskColumnStride;
-    }
+    a.mask = maskOf(context, *this, g_, maskOffsets_);
     a.nanToZero = g_.nanToZero;
     return a;
   }

@@ -341,19 +341,19 @@ __device__ __forceinline__ void flashAttention(const FlashAttentionArgs& args) {
   // The mask rows of this thread's two query rows (rows past sq read row sq - 1: their results
   // are never stored). Pairs of adjacent keys load as one word where the columns are contiguous
   // and every row starts 4-byte aligned (GPT-2's [1, 1, S, S], BERT's [B, 1, 1, S]).
-  const bool hasMask = args.mask != nullptr;
+  const bool hasMask = args.mask.values != nullptr;
   const T* maskRows[2] = {nullptr, nullptr};
   bool pairedMask = false;
   if (hasMask) {
-    const int64_t offset = args.maskBatchOffsets[b];
-    const T* base = static_cast<const T*>(args.mask) + offset;
+    const int64_t offset = args.mask.batchOffsets[b];
+    const T* base = static_cast<const T*>(args.mask.values) + offset;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int64_t i = warpRow0 + group + 8 * r;
-      maskRows[r] = base + (i < args.sq ? i : args.sq - 1) * args.maskRowStride;
+      maskRows[r] = base + (i < args.sq ? i : args.sq - 1) * args.mask.rowStride;
     }
-    pairedMask = args.maskColumnStride == 1 && args.maskRowStride % 2 == 0 && offset % 2 == 0 &&
-                 (reinterpret_cast<uintptr_t>(args.mask) & 3u) == 0;
+    pairedMask = args.mask.columnStride == 1 && args.mask.rowStride % 2 == 0 && offset % 2 == 0 &&
+                 (reinterpret_cast<uintptr_t>(args.mask.values) & 3u) == 0;
   }
 
   // Per thread: rows group (index 0) and group + 8 (index 1) of the warp's 16.
@@ -433,7 +433,7 @@ __device__ __forceinline__ void flashAttention(const FlashAttentionArgs& args) {
           if (pairedTile) {
             bias = h == 0 ? pair.x : pair.y;
           } else if (hasMask && column < keys) {
-            bias = toFloat(maskRows[r][(key0 + column) * args.maskColumnStride]);
+            bias = toFloat(maskRows[r][(key0 + column) * args.mask.columnStride]);
           }
           float score = fmaf(args.scale, s[n][2 * r + h], bias);
           if (!fullTile && column >= keys) score = -INFINITY;

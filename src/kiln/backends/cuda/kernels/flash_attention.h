@@ -8,7 +8,8 @@
 
 #include <cstdint>
 
-#include "kiln/backends/cuda/kernels/gemm.h"  // GemmType
+#include "kiln/backends/cuda/kernels/attention.h"  // AttentionMask
+#include "kiln/backends/cuda/kernels/gemm.h"       // GemmType
 
 namespace kiln::cuda {
 
@@ -22,10 +23,9 @@ struct FlashOperand {
 // Y[b] = softmax(scale * Q[b] · K'[b] + mask[b]) · V[b] for every batch entry b < batch, all of
 // `type` (float16 or bfloat16): Q [sq, d]; K' [d, skv] as stored, or K [skv, d] with transposeK;
 // V [skv, d] (Dv == D); Y [sq, d]; each where its FlashOperand says (dense matrices one after
-// another: heads 1, outerStride rows * columns, rowStride columns). The mask (null: none) element
-// of (b, i, j) is mask[maskBatchOffsets[b] + i * maskRowStride + j * maskColumnStride] (strides 0
-// along broadcast axes; maskBatchOffsets is device memory of `batch` entries). A row whose softmax
-// is NaN in the reference (every score -inf, or a NaN score) gives NaN, or zeros with nanToZero.
+// another: heads 1, outerStride rows * columns, rowStride columns). The mask is attention.h's
+// AttentionMask, of `type`. A row whose softmax is NaN in the reference (every score -inf, or a NaN
+// score) gives NaN, or zeros with nanToZero.
 struct FlashAttentionArgs {
   const void* q = nullptr;
   const void* k = nullptr;
@@ -37,9 +37,7 @@ struct FlashAttentionArgs {
   FlashOperand qLayout, kLayout, vLayout, yLayout;
   bool transposeK = false;
   float scale = 1.0f;
-  const void* mask = nullptr;
-  const int64_t* maskBatchOffsets = nullptr;
-  int64_t maskRowStride = 0, maskColumnStride = 0;
+  AttentionMask mask;
   bool nanToZero = false;
 };
 
