@@ -1,9 +1,11 @@
 // The kiln binary as a user runs it: good runs, and bad input that must fail with a message a
 // user can act on, never a crash.
 #include <gtest/gtest.h>
+
 #include <sys/wait.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -95,6 +97,35 @@ TEST_F(KilnCli, RunSavesOutputsThatSumToOne) {
     sum += p;
   }
   EXPECT_NEAR(sum, 1.0, 1e-5);
+}
+
+// --saveInputs writes the seeded inputs; loading them back gives the same outputs bit for bit.
+TEST_F(KilnCli, SavedInputsLoadBackToTheSameOutputs) {
+  const fs::path inputs = dir_ / "in.npz", first = dir_ / "a.npz", second = dir_ / "b.npz";
+  ASSERT_EQ(kiln(fmt::format("run '{}' --seed 7 --duration 0 --saveInputs '{}' --saveOutputs '{}'",
+                             KILN_SAMPLE_MODEL, inputs.string(), first.string()))
+                .exitCode,
+            0);
+  auto saved = kiln::ir::readNpz(inputs);
+  ASSERT_TRUE(saved.isOk()) << saved.status().message();
+  ASSERT_EQ(saved->size(), 1u);
+  EXPECT_EQ((*saved)[0].first, "image");
+  EXPECT_EQ((*saved)[0].second.shape(), (kiln::ir::Shape{1, 3, 32, 32}));
+  Outcome loaded = kiln(fmt::format("run '{}' --duration 0 --loadInputs '{}' --saveOutputs '{}'",
+                                    KILN_SAMPLE_MODEL, inputs.string(), second.string()));
+  ASSERT_EQ(loaded.exitCode, 0) << loaded.err;
+  EXPECT_NE(loaded.out.find("(loaded)"), std::string::npos) << loaded.out;
+  auto a = kiln::ir::readNpz(first);
+  auto b = kiln::ir::readNpz(second);
+  ASSERT_TRUE(a.isOk() && b.isOk());
+  ASSERT_EQ((*a)[0].second.byteSize(), (*b)[0].second.byteSize());
+  EXPECT_EQ(std::memcmp((*a)[0].second.rawData(), (*b)[0].second.rawData(),
+                        static_cast<size_t>((*a)[0].second.byteSize())),
+            0);
+  Outcome bad = kiln(fmt::format("run '{}' --duration 0 --saveInputs '{}'", KILN_SAMPLE_MODEL,
+                                 (dir_ / "in.txt").string()));
+  EXPECT_NE(bad.exitCode, 0);
+  EXPECT_NE(bad.err.find("--saveInputs"), std::string::npos) << bad.err;
 }
 
 // The CUDA backend: without a GPU (CI) a clear error; with one, the outputs of the CPU backend.

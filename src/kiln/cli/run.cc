@@ -33,6 +33,7 @@ struct RunOptions {
   std::string shapes;
   std::vector<std::string> loadInputs;
   std::string saveOutputs;
+  std::string saveInputs;
   uint64_t seed = 0;
   std::string route;
   std::string backend = "cpu";
@@ -256,6 +257,17 @@ int runModel(const RunOptions& options) {
                        name));
     }
   }
+  if (!options.saveInputs.empty()) {
+    // The inputs as run (seeded or loaded), for another runtime to take the same ones.
+    if (std::filesystem::path(options.saveInputs).extension() != ".npz") {
+      return reportError(invalidInput("--saveInputs '{}' must end in .npz", options.saveInputs));
+    }
+    ir::NamedTensors named;
+    for (size_t i = 0; i < inputs.size(); ++i) named.emplace_back(graph.inputs[i]->name, inputs[i]);
+    Status saved = ir::writeNpz(options.saveInputs, named, /*compressed=*/false);
+    if (!saved.isOk()) return reportError(saved);
+    std::printf("saved inputs to %s\n", options.saveInputs.c_str());
+  }
 
   // One function that runs the model once, on the backend asked for; timing wraps it.
   std::function<Result<std::vector<ir::Tensor>>(std::vector<double>*)> runOnce;
@@ -366,6 +378,8 @@ Command addRunCommand(CLI::App& app) {
                   "input files: name:file.npy, name:file.npz or file.npz (arrays named after "
                   "inputs); inputs not given are seeded random");
   sub->add_option("--saveOutputs", options->saveOutputs, "write the outputs to this .npz file");
+  sub->add_option("--saveInputs", options->saveInputs,
+                  "write the inputs (seeded or loaded) to this .npz file, before the build");
   sub->add_option("--seed", options->seed, "seed for random inputs")->default_val(0);
   sub->add_option("--route", options->route,
                   "build route: space-separated -knob=value tokens (`kiln knobs` lists them)");
