@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# kiln's CPU backend against ONNX Runtime 1.30's CPU execution provider (all graph optimisations
+# on), both at 1 and 2 threads, on the same inputs, one model after the other in one run: kiln's
+# default route (or the route given), ONNX Runtime through the onnxruntime-node package (its
+# install scripts disabled; the package ships the native library). Checks that the outputs agree
+# (cosine distance at most 1e-5 on every output) and prints a Markdown table with medians and
+# p10–p90, writing the same as JSON.
+#
+# Usage: bench/cpu/vs_ort.sh [--models DIR] [--seconds S] [--route TOKENS] [--out FILE.json]
+#   --models   folder of .onnx files (default ../shared/models)
+#   --seconds  timed seconds per model, runtime and thread count (default 3)
+#   --route    kiln's route, e.g. a tuned one (default: the default route)
+#   --out      the JSON file (default out/vs_ort.json)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+models="$root/../shared/models"
+seconds=3
+route=""
+out="$root/out/vs_ort.json"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --models) models="$2"; shift 2 ;;
+    --seconds) seconds="$2"; shift 2 ;;
+    --route) route="$2"; shift 2 ;;
+    --out) out="$2"; shift 2 ;;
+    -h|--help) sed -n 2,13p "$0"; exit 0 ;;
+    *) echo "vs_ort.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+ls "$models"/*.onnx >/dev/null 2>&1 || { echo "vs_ort.sh: no .onnx files in $models" >&2; exit 2; }
+
+# The peer: Node.js and npm from Debian, onnxruntime-node as bench/cpu/ort/package-lock.json pins it.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  apt-get install -y nodejs npm >/dev/null
+fi
+ort_dir="$root/bench/cpu/ort"
+if [[ ! -d "$ort_dir/node_modules/onnxruntime-node" ]]; then
+  (cd "$ort_dir" && npm ci --ignore-scripts --no-audit --no-fund >/dev/null)
+fi
+"$root/scripts/build.sh" kiln_cli >/dev/null
+kiln="$root/build/kiln"
+mkdir -p "$(dirname "$out")"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+summary() {  # "median p10 p90" of a kiln --exportTimes file
+  python3 - "$1" <<'PY'
+import json, statistics, sys
+xs = sorted(t["latencyMs"] for t in json.load(open(sys.argv[1])))
+q = lambda p: xs[min(len(xs) - 1, int(p * (len(xs) - 1) + 0.5))]
+print(f"{statistics.median(xs):.3f} {q(0.1):.3f} {q(0.9):.3f}")
+PY
+}
+
+rows="$work/rows.jsonl"
+for model in "$models"/*.onnx; do
+  name="$(basename "$model" .onnx)"
+  for threads in 1 2; do
+    # kiln first: it writes the inputs (seeded) and its outputs for the peer to take and check.
+    "$kiln" run "$model" --route "$route -cpu.threads=$threads" --duration "$seconds" \
+      --saveInputs "$work/$name.in.npz" --saveOutputs "$work/$name.out.npz" \
+      --exportTimes "$work/$name.kiln.$threads.json" >"$work/$name.kiln.$threads.log" 2>&1 ||
+      { echo "vs_ort.sh: kiln failed on $name:" >&2; tail -3 "$work/$name.kiln.$threads.log" >&2; exit 1; }
+    read -r kmed kp10 kp90 < <(summary "$work/$name.kiln.$threads.json")
+    node "$ort_dir/ort_run.mjs" "$model" "$work/$name.in.npz" "$threads" "$seconds" \
+      "$work/$name.out.npz" >"$work/$name.ort.$threads.json"
+    python3 - "$name" "$threads" "$kmed" "$kp10" "$kp90" "$work/$name.ort.$threads.json" \
+      >>"$rows" <<'PY'
+import json, sys
+name, threads, kmed, kp10, kp90, ort_file = sys.argv[1:]
+ort = json.load(open(ort_file))
+# No output compared (none named alike) counts as a disagreement, not as agreement.
+worst = max((o.get("cosineDistance", float("inf")) for o in ort["outputs"]), default=float("inf"))
+print(json.dumps({
+    "model": name, "threads": int(threads),
+    "kiln": {"medianMs": float(kmed), "p10Ms": float(kp10), "p90Ms": float(kp90)},
+    "ort": {k: ort[k] for k in ("medianMs", "p10Ms", "p90Ms", "runs")},
+    "outputs": ort["outputs"], "worstCosineDistance": worst, "agree": worst <= 1e-5,
+}))
+PY
+  done
+done
+
+python3 - "$rows" "$out" "$models" "$seconds" "$route" <<'PY'
+import json, platform, subprocess, sys
+rows_file, out, models, seconds, route = sys.argv[1:]
+rows = [json.loads(line) for line in open(rows_file)]
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+cores = subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip()
+command = f"bench/cpu/vs_ort.sh --models {models} --seconds {seconds}" + (f" --route '{route}'" if route else "")
+json.dump({"machine": f"{cpu}, {cores} cores", "command": command, "route": route or "(default)",
+           "peer": "onnxruntime-node 1.30.0, CPU execution provider, graph optimisation level all",
+           "rows": rows}, open(out, "w"), indent=1)
+print(f"machine: {cpu}, {cores} cores")
+print(f"command: {command}")
+print()
+print("| model | threads | kiln median ms (p10–p90) | ONNX Runtime median ms (p10–p90) | kiln / ORT | outputs agree (worst cosine distance) |")
+print("|---|---|---|---|---|---|")
+fmt = lambda r: f"{r['medianMs']:.3f} ({r['p10Ms']:.3f}–{r['p90Ms']:.3f})"
+for r in rows:
+    ratio = r["kiln"]["medianMs"] / r["ort"]["medianMs"]
+    print(f"| {r['model']} | {r['threads']} | {fmt(r['kiln'])} | {fmt(r['ort'])} | {ratio:.2f} | "
+          f"{'yes' if r['agree'] else '**no**'} ({r['worstCosineDistance']:.1e}) |")
+best = {}
+for r in rows:
+    b = best.setdefault(r["model"], {"kiln": float("inf"), "ort": float("inf")})
+    b["kiln"] = min(b["kiln"], r["kiln"]["medianMs"])
+    b["ort"] = min(b["ort"], r["ort"]["medianMs"])
+if best:
+    from math import exp, log
+    geo = exp(sum(log(b["kiln"] / b["ort"]) for b in best.values()) / len(best))
+    print()
+    print(f"Each at its best thread count: geometric mean of kiln / ORT over {len(best)} models: {geo:.2f}")
+print(f"JSON: {out}")
+PY
+if grep -q '"agree": false' "$rows"; then
+  echo "vs_ort.sh: kiln and ONNX Runtime disagree on some output (see the table)" >&2
+  exit 1
+fi
