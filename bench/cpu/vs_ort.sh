@@ -4,18 +4,25 @@
 # default route (or the route given), ONNX Runtime through the onnxruntime-node package (its
 # install scripts disabled; the package ships the native library). Checks that the outputs agree
 # (cosine distance at most 1e-5 on every output) and prints a Markdown table with medians and
-# p10–p90, writing the same as JSON.
+# p10–p90, writing the same as JSON. With --tune, kiln's tuned engine too: `kiln tune --search
+# mixed` over the expression at each thread count (cosine distance <= 1e-5 against the reference
+# executor), its winner run beside the default route on the same inputs.
 #
 # Usage: bench/cpu/vs_ort.sh [--models DIR] [--seconds S] [--route TOKENS] [--out FILE.json]
+#                            [--tune EXPR] [--tuning-timeout S]
 #   --models   folder of .onnx files (default ../shared/models)
 #   --seconds  timed seconds per model, runtime and thread count (default 3)
-#   --route    kiln's route, e.g. a tuned one (default: the default route)
+#   --route    kiln's route (default: the default route)
 #   --out      the JSON file (default out/vs_ort.json)
+#   --tune     a route expression to tune per model and thread count (e.g. '-cpu.conv.algo=*')
+#   --tuning-timeout  seconds each tuning may take (default 300)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 models="$root/../shared/models"
 seconds=3
 route=""
+tune=""
+tuning_timeout=300
 out="$root/out/vs_ort.json"
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -23,7 +30,9 @@ while [[ $# -gt 0 ]]; do
     --seconds) seconds="$2"; shift 2 ;;
     --route) route="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
-    -h|--help) sed -n 2,13p "$0"; exit 0 ;;
+    --tune) tune="$2"; shift 2 ;;
+    --tuning-timeout) tuning_timeout="$2"; shift 2 ;;
+    -h|--help) sed -n 2,19p "$0"; exit 0 ;;
     *) echo "vs_ort.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -62,55 +71,89 @@ for model in "$models"/*.onnx; do
       --exportTimes "$work/$name.kiln.$threads.json" >"$work/$name.kiln.$threads.log" 2>&1 ||
       { echo "vs_ort.sh: kiln failed on $name:" >&2; tail -3 "$work/$name.kiln.$threads.log" >&2; exit 1; }
     read -r kmed kp10 kp90 < <(summary "$work/$name.kiln.$threads.json")
+    tuned="-"
+    if [[ -n "$tune" ]]; then
+      engine="$work/$name.$threads.kiln"
+      "$kiln" tune "$model" --tune "$tune -cpu.threads=$threads" --search mixed \
+        --loadInputs "$work/$name.in.npz" --tuning-timeout "$tuning_timeout" \
+        --saveEngine "$engine" --quiet >"$work/$name.tune.$threads.log" 2>&1 ||
+        { echo "vs_ort.sh: kiln tune failed on $name:" >&2; tail -3 "$work/$name.tune.$threads.log" >&2; exit 1; }
+      "$kiln" run "$engine" --duration "$seconds" --loadInputs "$work/$name.in.npz" \
+        --saveOutputs "$work/$name.tuned.npz" --exportTimes "$work/$name.tuned.$threads.json" \
+        >"$work/$name.tuned.$threads.log" 2>&1 ||
+        { echo "vs_ort.sh: the tuned engine failed on $name" >&2; exit 1; }
+      tuned="$(summary "$work/$name.tuned.$threads.json" | tr ' ' ,)"
+    fi
+    more=()
+    [[ -n "$tune" ]] && more=("$work/$name.tuned.npz")
     node "$ort_dir/ort_run.mjs" "$model" "$work/$name.in.npz" "$threads" "$seconds" \
-      "$work/$name.out.npz" >"$work/$name.ort.$threads.json"
+      "$work/$name.out.npz" "${more[@]}" >"$work/$name.ort.$threads.json"
     python3 - "$name" "$threads" "$kmed" "$kp10" "$kp90" "$work/$name.ort.$threads.json" \
-      >>"$rows" <<'PY'
+      "$tuned" >>"$rows" <<'PY'
 import json, sys
-name, threads, kmed, kp10, kp90, ort_file = sys.argv[1:]
+name, threads, kmed, kp10, kp90, ort_file, tuned = sys.argv[1:]
 ort = json.load(open(ort_file))
-# No output compared (none named alike) counts as a disagreement, not as agreement.
-worst = max((o.get("cosineDistance", float("inf")) for o in ort["outputs"]), default=float("inf"))
+# The default route's outputs and the tuned engine's, each against ORT's; no output compared (none
+# named alike) counts as a disagreement, not as agreement.
+compared = ort["outputs"] + [o for more in ort["moreOutputs"] for o in more["outputs"]]
+worst = max((o.get("cosineDistance", float("inf")) for o in compared), default=float("inf"))
 print(json.dumps({
     "model": name, "threads": int(threads),
     "kiln": {"medianMs": float(kmed), "p10Ms": float(kp10), "p90Ms": float(kp90)},
+    "kilnTuned": None if tuned == "-" else dict(zip(("medianMs", "p10Ms", "p90Ms"),
+                                                    map(float, tuned.split(",")))),
     "ort": {k: ort[k] for k in ("medianMs", "p10Ms", "p90Ms", "runs")},
-    "outputs": ort["outputs"], "worstCosineDistance": worst, "agree": worst <= 1e-5,
+    "outputs": ort["outputs"], "tunedOutputs": ort["moreOutputs"][0]["outputs"] if ort["moreOutputs"] else None,
+    "worstCosineDistance": worst, "agree": worst <= 1e-5,
 }))
 PY
   done
 done
 
-python3 - "$rows" "$out" "$models" "$seconds" "$route" <<'PY'
+python3 - "$rows" "$out" "$models" "$seconds" "$route" "$tune" <<'PY'
 import json, platform, subprocess, sys
-rows_file, out, models, seconds, route = sys.argv[1:]
+rows_file, out, models, seconds, route, tune = sys.argv[1:]
 rows = [json.loads(line) for line in open(rows_file)]
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 cores = subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip()
-command = f"bench/cpu/vs_ort.sh --models {models} --seconds {seconds}" + (f" --route '{route}'" if route else "")
+command = f"bench/cpu/vs_ort.sh --models {models} --seconds {seconds}" + (f" --route '{route}'" if route else "") + (f" --tune '{tune}'" if tune else "")
 json.dump({"machine": f"{cpu}, {cores} cores", "command": command, "route": route or "(default)",
            "peer": "onnxruntime-node 1.30.0, CPU execution provider, graph optimisation level all",
            "rows": rows}, open(out, "w"), indent=1)
 print(f"machine: {cpu}, {cores} cores")
 print(f"command: {command}")
 print()
-print("| model | threads | kiln median ms (p10–p90) | ONNX Runtime median ms (p10–p90) | kiln / ORT | outputs agree (worst cosine distance) |")
-print("|---|---|---|---|---|---|")
-fmt = lambda r: f"{r['medianMs']:.3f} ({r['p10Ms']:.3f}–{r['p90Ms']:.3f})"
+tuned = any(r["kilnTuned"] for r in rows)
+fmt = lambda r: f"{r['medianMs']:.3f} ({r['p10Ms']:.3f}–{r['p90Ms']:.3f})" if r else "–"
+print("| model | threads | kiln default median ms (p10–p90) |"
+      + (" kiln tuned |" if tuned else "")
+      + " ONNX Runtime median ms (p10–p90) | default / ORT |" + (" tuned / ORT |" if tuned else "")
+      + " outputs agree (worst cosine distance) |")
+print("|---|---|---|" + ("---|" if tuned else "") + "---|---|" + ("---|" if tuned else "") + "---|")
 for r in rows:
     ratio = r["kiln"]["medianMs"] / r["ort"]["medianMs"]
-    print(f"| {r['model']} | {r['threads']} | {fmt(r['kiln'])} | {fmt(r['ort'])} | {ratio:.2f} | "
-          f"{'yes' if r['agree'] else '**no**'} ({r['worstCosineDistance']:.1e}) |")
-best = {}
-for r in rows:
-    b = best.setdefault(r["model"], {"kiln": float("inf"), "ort": float("inf")})
-    b["kiln"] = min(b["kiln"], r["kiln"]["medianMs"])
-    b["ort"] = min(b["ort"], r["ort"]["medianMs"])
-if best:
-    from math import exp, log
-    geo = exp(sum(log(b["kiln"] / b["ort"]) for b in best.values()) / len(best))
-    print()
-    print(f"Each at its best thread count: geometric mean of kiln / ORT over {len(best)} models: {geo:.2f}")
+    line = f"| {r['model']} | {r['threads']} | {fmt(r['kiln'])} |"
+    if tuned:
+        line += f" {fmt(r['kilnTuned'])} |"
+    line += f" {fmt(r['ort'])} | {ratio:.2f} |"
+    if tuned:
+        t = r["kilnTuned"]
+        line += f" {t['medianMs'] / r['ort']['medianMs']:.2f} |" if t else " – |"
+    print(line + f" {'yes' if r['agree'] else '**no**'} ({r['worstCosineDistance']:.1e}) |")
+from math import exp, log
+for key, label in (("kiln", "default"), ("kilnTuned", "tuned")):
+    best = {}
+    for r in rows:
+        if not r[key]:
+            continue
+        b = best.setdefault(r["model"], {"kiln": float("inf"), "ort": float("inf")})
+        b["kiln"] = min(b["kiln"], r[key]["medianMs"])
+        b["ort"] = min(b["ort"], r["ort"]["medianMs"])
+    if best:
+        geo = exp(sum(log(b["kiln"] / b["ort"]) for b in best.values()) / len(best))
+        print()
+        print(f"kiln {label} / ORT, each at its best thread count, geometric mean over "
+              f"{len(best)} models: {geo:.2f}")
 print(f"JSON: {out}")
 PY
 if grep -q '"agree": false' "$rows"; then

@@ -3,7 +3,8 @@
 // threads; latency of each run after a warm-up, and the outputs compared with kiln's
 // (`kiln run --saveOutputs`). Prints one JSON object.
 //
-// Usage: node ort_run.mjs MODEL INPUTS.npz THREADS SECONDS [KILN_OUTPUTS.npz]
+// Usage: node ort_run.mjs MODEL INPUTS.npz THREADS SECONDS [KILN_OUTPUTS.npz ...]
+// (each outputs file compared: `outputs` for the first, `moreOutputs` for the rest, in order)
 import fs from "node:fs";
 import zlib from "node:zlib";
 import ort from "onnxruntime-node";
@@ -105,9 +106,11 @@ function percentile(sorted, p) {
 }
 
 async function main() {
-  const [model, inputsPath, threadsText, secondsText, kilnOutputs] = process.argv.slice(2);
+  const [model, inputsPath, threadsText, secondsText, ...kilnOutputs] = process.argv.slice(2);
   if (!model || !inputsPath || !threadsText || !secondsText) {
-    throw new Error("usage: node ort_run.mjs MODEL INPUTS.npz THREADS SECONDS [KILN_OUTPUTS.npz]");
+    throw new Error(
+      "usage: node ort_run.mjs MODEL INPUTS.npz THREADS SECONDS [KILN_OUTPUTS.npz ...]",
+    );
   }
   const threads = Number(threadsText);
   const seconds = Number(secondsText);
@@ -146,19 +149,22 @@ async function main() {
     p10Ms: percentile(sorted, 0.1),
     p90Ms: percentile(sorted, 0.9),
     outputs: [],
+    moreOutputs: [],
   };
-  if (kilnOutputs) {
-    const kiln = readNpz(kilnOutputs);
-    for (const name of session.outputNames) {
+  kilnOutputs.forEach((file, index) => {
+    const kiln = readNpz(file);
+    const compared = session.outputNames.map((name) => {
       const ours = kiln.get(name);
-      const theirs = outputs[name];
-      result.outputs.push(
-        ours
-          ? { name, ...compare(ours, { data: theirs.data }) }
-          : { name, error: `${kilnOutputs} has no output '${name}'` },
-      );
+      return ours
+        ? { name, ...compare(ours, { data: outputs[name].data }) }
+        : { name, error: `${file} has no output '${name}'` };
+    });
+    if (index === 0) {
+      result.outputs = compared;
+    } else {
+      result.moreOutputs.push({ file, outputs: compared });
     }
-  }
+  });
   process.stdout.write(JSON.stringify(result) + "\n");
 }
 
