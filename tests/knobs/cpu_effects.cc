@@ -127,11 +127,11 @@ ir::Graph depthwiseConv() {
 KILN_KNOB_EFFECT({
     .knob = "cpu.conv.algo",
     .value = "im2col",
-    .shows = "a depthwise Conv runs as im2col+GEMM per group instead of the direct loop",
+    .shows = "a depthwise Conv runs as im2col+GEMM per group instead of the depthwise kernel",
     .graph = depthwiseConv,
     .expect =
         [](const BuildSnapshot& base, const BuildSnapshot& changed) {
-          EXPECT_EQ(base.layer("conv").tactic, "direct");
+          EXPECT_EQ(base.layer("conv").tactic, "depthwise");
           EXPECT_TRUE(changed.layer("conv").tactic.starts_with("im2col"))
               << changed.layer("conv").tactic;
         },
@@ -146,6 +146,40 @@ KILN_KNOB_EFFECT({
         [](const BuildSnapshot& base, const BuildSnapshot& changed) {
           EXPECT_TRUE(base.layer("conv").tactic.starts_with("im2col")) << base.layer("conv").tactic;
           EXPECT_EQ(changed.layer("conv").tactic, "direct");
+        },
+});
+
+KILN_KNOB_EFFECT({
+    .knob = "cpu.conv.algo",
+    .value = "direct",
+    .shows = "a 3x3 depthwise Conv runs as the generic direct loop instead of the depthwise kernel",
+    .graph = depthwiseConv,
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.layer("conv").tactic, "depthwise");
+          EXPECT_EQ(changed.layer("conv").tactic, "direct");
+        },
+});
+
+// A depthwise Conv with a 1x1 output plane, which auto leaves to the direct loop (faster there
+// than the depthwise kernel's per-plane copy).
+ir::Graph tinyDepthwiseConv() {
+  GraphSketch g;
+  g.output(g.node("Conv", {g.input("x", {1, 8, 1, 1}), g.weight("w", {8, 1, 3, 3})},
+                  {{"pads", ints({1, 1, 1, 1})}, {"group", ir::Attribute{int64_t{8}}}}, "conv"));
+  return g.take();
+}
+
+KILN_KNOB_EFFECT({
+    .knob = "cpu.conv.algo",
+    .value = "depthwise",
+    .shows = "a depthwise Conv on a 1x1 plane runs on the depthwise kernel instead of the direct "
+             "loop auto keeps for it",
+    .graph = tinyDepthwiseConv,
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.layer("conv").tactic, "direct");
+          EXPECT_EQ(changed.layer("conv").tactic, "depthwise");
         },
 });
 

@@ -1,7 +1,8 @@
 // The CPU backend's convolution and NHWC kernels against the reference executor: every
 // cpu.conv.algo value, in NCHW and (through the layout pass) NHWC, on 1, 2 and 3 threads and two
-// tile sizes, over strides, dilations, asymmetric pads, groups, depthwise, 1x1, batch 2 and odd
-// sizes; FusedConv with residual and activation; NHWC pools; and how conv work splits into tasks.
+// tile sizes, over strides, dilations, asymmetric pads, groups, depthwise (3x3 and 5x5 of the
+// depthwise kernel, tiny planes, shapes it leaves to direct), 1x1, batch 2 and odd sizes; FusedConv
+// with residual and activation; NHWC pools; and how conv work splits into tasks.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -140,6 +141,56 @@ const std::vector<ConvCase>& convCases() {
       {"pointwise_group2", {1, 6, 4, 5}, {4, 3, 1, 1}, {{"group", intAttr(2)}}},
       {"large_tiled", {1, 3, 40, 37}, {4, 3, 3, 3}, {{"pads", ints({1, 1, 1, 1})}}, true},
       {"5x5_batch2", {2, 3, 17, 19}, {8, 3, 5, 5}, {{"pads", ints({2, 2, 2, 2})}}, true},
+      // The depthwise kernel: 3x3 and 5x5, stride 1 and 2, interior and border columns of odd
+      // and even widths, tiny planes of border pixels only, and two it does not take.
+      {"dw3x3_pad1_w7",
+       {1, 4, 7, 7},
+       {4, 1, 3, 3},
+       {{"group", intAttr(4)}, {"pads", ints({1, 1, 1, 1})}},
+       true},
+      {"dw3x3_pad0_w8", {1, 3, 6, 8}, {3, 1, 3, 3}, {{"group", intAttr(3)}}},
+      {"dw3x3_stride2_pad1_w16_batch2",
+       {2, 3, 9, 16},
+       {3, 1, 3, 3},
+       {{"group", intAttr(3)}, {"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}},
+       true},
+      {"dw3x3_stride2_asymmetric_w15",
+       {1, 3, 8, 15},
+       {3, 1, 3, 3},
+       {{"group", intAttr(3)}, {"strides", ints({2, 2})}, {"pads", ints({0, 1, 2, 1})}}},
+      {"dw5x5_pad2_w17",
+       {1, 3, 9, 17},
+       {3, 1, 5, 5},
+       {{"group", intAttr(3)}, {"pads", ints({2, 2, 2, 2})}},
+       true},
+      {"dw5x5_stride2_pad2_w33_batch2",
+       {2, 2, 12, 33},
+       {2, 1, 5, 5},
+       {{"group", intAttr(2)}, {"strides", ints({2, 2})}, {"pads", ints({2, 2, 2, 2})}}},
+      {"dw5x5_asymmetric_w16",
+       {1, 2, 7, 16},
+       {2, 1, 5, 5},
+       {{"group", intAttr(2)}, {"pads", ints({1, 2, 0, 3})}},
+       true},
+      {"dw5x5_stride2_pad0_w8",
+       {1, 2, 9, 8},
+       {2, 1, 5, 5},
+       {{"group", intAttr(2)}, {"strides", ints({2, 2})}}},
+      {"dw3x3_1x1_input",
+       {1, 3, 1, 1},
+       {3, 1, 3, 3},
+       {{"group", intAttr(3)}, {"pads", ints({1, 1, 1, 1})}},
+       true},
+      {"dw5x5_2x3_input",
+       {1, 2, 2, 3},
+       {2, 1, 5, 5},
+       {{"group", intAttr(2)}, {"pads", ints({2, 2, 2, 2})}},
+       true},
+      {"dw7x7", {1, 3, 9, 9}, {3, 1, 7, 7}, {{"group", intAttr(3)}, {"pads", ints({3, 3, 3, 3})}}},
+      {"dw3x3_dilation2",
+       {1, 3, 9, 10},
+       {3, 1, 3, 3},
+       {{"group", intAttr(3)}, {"dilations", ints({2, 2})}, {"pads", ints({2, 2, 2, 2})}}},
       {"auto_pad_same_upper",
        {1, 2, 6, 5},
        {3, 2, 3, 3},
@@ -166,7 +217,7 @@ TEST_P(ConvAlgorithms, EveryAlgoLayoutThreadCountAndTileMatchesReference) {
   const std::vector<Tensor> inputs = randomInputs(make(), 11);
   const std::vector<Tensor> expected = runReference(make, inputs);
   for (const char* layout : {"nchw", "nhwc"}) {
-    for (const char* algo : {"auto", "im2col", "direct", "pointwise"}) {
+    for (const char* algo : {"auto", "im2col", "direct", "pointwise", "depthwise"}) {
       for (int threads : {1, 2, 3}) {
         for (const char* tile : {"0", "256"}) {
           const std::string route = fmt::format(
@@ -209,8 +260,9 @@ const ConvCase& caseNamed(const std::string& name) {
   return convCases()[0];
 }
 
-TEST(ConvTactics, AutoPicksDirectForDepthwisePointwiseFor1x1AndIm2colOtherwise) {
-  EXPECT_EQ(tacticOf(caseNamed("depthwise_stride2_batch2"), ""), "direct");
+TEST(ConvTactics, AutoPicksDepthwiseOrDirectForDepthwisePointwiseFor1x1AndIm2colOtherwise) {
+  EXPECT_EQ(tacticOf(caseNamed("depthwise_stride2_batch2"), ""), "depthwise");
+  EXPECT_EQ(tacticOf(caseNamed("depthwise_multiplier2"), ""), "direct");
   EXPECT_EQ(tacticOf(caseNamed("pointwise_batch2"), ""), gemm("pointwise"));
   EXPECT_EQ(tacticOf(caseNamed("1x1_stride2"), ""), gemm("im2col"));
   // Padding at the end makes the output larger than the input: not the input's own GEMM.
@@ -221,9 +273,34 @@ TEST(ConvTactics, AutoPicksDirectForDepthwisePointwiseFor1x1AndIm2colOtherwise) 
 
 TEST(ConvTactics, PointwiseFallsBackToAutoWhereItDoesNotApply) {
   EXPECT_EQ(tacticOf(caseNamed("3x3_same"), "-cpu.conv.algo=pointwise"), gemm("im2col"));
-  EXPECT_EQ(tacticOf(caseNamed("depthwise_stride2_batch2"), "-cpu.conv.algo=pointwise"), "direct");
+  EXPECT_EQ(tacticOf(caseNamed("depthwise_stride2_batch2"), "-cpu.conv.algo=pointwise"),
+            "depthwise");
   EXPECT_EQ(tacticOf(caseNamed("depthwise_1x1"), "-cpu.conv.algo=pointwise"), gemm("pointwise"));
   EXPECT_EQ(tacticOf(caseNamed("pointwise_batch2"), "-cpu.conv.algo=im2col"), gemm("im2col"));
+}
+
+TEST(ConvTactics, AutoPicksTheDepthwiseKernelWhereItFitsUnlessThePlaneIsTiny) {
+  for (const char* name :
+       {"dw3x3_pad1_w7", "dw3x3_pad0_w8", "dw3x3_stride2_pad1_w16_batch2",
+        "dw3x3_stride2_asymmetric_w15", "dw5x5_pad2_w17", "dw5x5_stride2_pad2_w33_batch2",
+        "dw5x5_asymmetric_w16", "dw5x5_stride2_pad0_w8", "dw5x5_2x3_input"}) {
+    EXPECT_EQ(tacticOf(caseNamed(name), ""), "depthwise") << name;
+  }
+  // A single output pixel: auto keeps the direct loop, the knob value still forces the kernel.
+  EXPECT_EQ(tacticOf(caseNamed("dw3x3_1x1_input"), ""), "direct");
+  EXPECT_EQ(tacticOf(caseNamed("dw3x3_1x1_input"), "-cpu.conv.algo=depthwise"), "depthwise");
+  EXPECT_EQ(tacticOf(caseNamed("dw3x3_pad1_w7"), "-cpu.conv.algo=direct"), "direct");
+  EXPECT_EQ(tacticOf(caseNamed("dw3x3_pad1_w7"), "-cpu.conv.precision=bf16"), "depthwise");
+}
+
+TEST(ConvTactics, DepthwiseFallsBackToAutoWhereItDoesNotApply) {
+  EXPECT_EQ(tacticOf(caseNamed("dw7x7"), "-cpu.conv.algo=depthwise"), "direct");
+  EXPECT_EQ(tacticOf(caseNamed("dw3x3_dilation2"), "-cpu.conv.algo=depthwise"), "direct");
+  EXPECT_EQ(tacticOf(caseNamed("depthwise_multiplier2"), "-cpu.conv.algo=depthwise"), "direct");
+  EXPECT_EQ(tacticOf(caseNamed("depthwise_1x1"), "-cpu.conv.algo=depthwise"), "direct");
+  EXPECT_EQ(tacticOf(caseNamed("3x3_same"), "-cpu.conv.algo=depthwise"), gemm("im2col"));
+  EXPECT_EQ(tacticOf(caseNamed("dw3x3_pad1_w7"), "-graph.layout=nhwc -cpu.conv.algo=depthwise"),
+            "nhwc.depthwise");
 }
 
 TEST(ConvTactics, NhwcTacticsNameTheLayout) {
@@ -283,7 +360,7 @@ TEST(FusedConv, ResidualAndActivationMatchReferenceInBothLayouts) {
       const std::vector<Tensor> inputs = randomInputs(make(), 5);
       const std::vector<Tensor> expected = runReference(make, inputs);
       for (const char* layout : {"nchw", "nhwc"}) {
-        for (const char* algo : {"auto", "im2col", "direct"}) {
+        for (const char* algo : {"auto", "im2col", "direct", "depthwise"}) {
           for (int threads : {1, 3}) {
             const std::string route = fmt::format(
                 "-graph.layout={} -cpu.conv.algo={} -cpu.threads={} -cpu.conv.im2col_tile=256",

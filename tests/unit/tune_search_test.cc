@@ -54,7 +54,7 @@ TEST(TuneSearch, KnobsUsedHereAreDeclaredAsAssumed) {
     EXPECT_EQ(spec->allowedText(), allowed) << name;
   };
   expectKnob("fusion.conv_act", "on", "off|on");
-  expectKnob("cpu.conv.algo", "auto", "auto|im2col|direct|pointwise|reference");
+  expectKnob("cpu.conv.algo", "auto", "auto|im2col|direct|pointwise|depthwise|reference");
   expectKnob("cpu.gemm.kc", "256", "128|256|384|512");
   expectKnob("graph.layout", "nchw", "nchw|nhwc");
   ASSERT_NE(registry.find("cpu.threads"), nullptr);
@@ -100,8 +100,8 @@ TEST(TuneSearch, FastCountsForSeveralExpressions) {
   };
   const std::vector<Case> cases{
       {"-graph.layout=[nchw|nhwc]", 1 + 1},
-      {"-cpu.conv.algo=*", 1 + 4},
-      {"-cpu.conv.algo=* -cpu.gemm.kc=* -graph.layout=* -fusion.conv_act=*", 1 + 4 + 3 + 1 + 1},
+      {"-cpu.conv.algo=*", 1 + 5},
+      {"-cpu.conv.algo=* -cpu.gemm.kc=* -graph.layout=* -fusion.conv_act=*", 1 + 5 + 3 + 1 + 1},
       {"-cpu.gemm.kc=[256]", 1},              // only the baseline value: nothing to change
       {"-cpu.gemm.kc=[128|256|128]", 1 + 1},  // a repeated value counts once
       {"-cpu.threads=[1..4]", 1 + 4},  // 0 (the default) is not in the range: every value is new
@@ -192,7 +192,7 @@ TEST(TuneSearch, FullCountsForSeveralExpressions) {
   const std::vector<Case> cases{
       {"-graph.layout=* -cpu.gemm.kc=*", "", 2 * 4},
       {"-cpu.threads=2 -graph.layout=* -cpu.gemm.kc=*", "-cpu.threads=2", 2 * 4},
-      {"-cpu.conv.algo=* -cpu.gemm.kc=* -graph.layout=* -fusion.conv_act=*", "", 5 * 4 * 2 * 2},
+      {"-cpu.conv.algo=* -cpu.gemm.kc=* -graph.layout=* -fusion.conv_act=*", "", 6 * 4 * 2 * 2},
       {"-cpu.threads=[0..2] -cpu.gemm.kc=[256|512]", "", 3 * 2},
       {"-cpu.gemm.kc=[256]", "", 1},
   };

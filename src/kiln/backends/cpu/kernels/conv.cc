@@ -5,8 +5,11 @@
 //     into a [C/group * kH * kW, tile] column block that one GEMM multiplies by the weights;
 //   - pointwise: a 1x1 stride-1 unpadded convolution is already that GEMM on the input, with no
 //     copy;
-//   - direct: a loop nest over output planes, the better choice for depthwise convolutions, whose
-//     per-group matrices are too thin for a GEMM.
+//   - direct: a loop nest over output planes, for depthwise convolutions (whose per-group
+//     matrices are too thin for a GEMM) that the depthwise kernel does not take;
+//   - depthwise: 3x3 and 5x5 depthwise convolutions of stride 1 or 2, each plane copied with its
+//     padding into scratch, then one vectorised loop over all its output pixels with the taps in
+//     registers (conv_depthwise.cc).
 //
 // The bias and the fused epilogue (residual, activation) run on each block right after the GEMM
 // or loop that produced it, while it is still in cache.
@@ -45,12 +48,16 @@ const knobs::Knob kConvPrecision = knobs::declareKnob({
 const knobs::Knob kConvAlgo = knobs::declareKnob({
     .name = "cpu.conv.algo",
     .kind = knobs::KnobKind::kEnum,
-    .choices = {"auto", "im2col", "direct", "pointwise", "reference"},
+    .choices = {"auto", "im2col", "direct", "pointwise", "depthwise", "reference"},
     .defaultValue = "auto",
-    .help = "2-D convolution algorithm: auto (direct for depthwise, pointwise for 1x1 stride-1 "
-            "unpadded, else im2col), im2col+GEMM (copies patches, 1x1 included), a direct loop "
-            "nest, pointwise (GEMM on the input itself; other convs take auto's choice), or the "
-            "reference kernel",
+    .help = "2-D convolution algorithm. auto: depthwise where it applies and the output plane "
+            "has at least as many pixels as the kernel has rows, direct for other depthwise "
+            "convs, pointwise for 1x1 stride-1 unpadded, else im2col. im2col: copies patches "
+            "into columns for a GEMM (1x1 included). direct: a generic loop nest over output "
+            "planes. pointwise: a GEMM on the input itself (other convs take auto's choice). "
+            "depthwise: NCHW 3x3/5x5 depthwise convs of stride 1 or 2, padded per plane and run "
+            "as one vectorised loop with the taps in registers (other convs take auto's choice). "
+            "reference: the reference kernel.",
     .backends = {"cpu"},
     .perNode = true,
 });
@@ -157,6 +164,8 @@ class ConvStep : public Step {
     o.y = context.data<float>(*outputs[0]);
     if (choice_.algo == ConvAlgo::kDirect) {
       runDirect(o, context.pool());
+    } else if (choice_.algo == ConvAlgo::kDepthwise) {
+      runDepthwise(o, context.pool());
     } else {
       runGemm(o, context.pool());
     }
@@ -283,6 +292,34 @@ class ConvStep : public Step {
                      });
   }
 
+  // Planes split over the threads as runDirect's; each plane's result is the same whichever
+  // thread computes it.
+  void runDepthwise(const Operands& o, ThreadPool& pool) const {
+    const ConvShape& s = shape_;
+    const int64_t planeWork = std::max<int64_t>(1, s.pixels() * s.kernelH * s.kernelW);
+    const int64_t planes = s.batch * s.outChannels, grain = std::max<int64_t>(1, 16384 / planeWork);
+    scratch_.prepare(pool.chunkCount(planes, grain), depthwiseScratchFloats(s));
+    pool.parallelFor(planes, grain, [&](int64_t begin, int64_t end) {
+      float* padded = scratch_.take();
+      for (int64_t plane = begin; plane < end; ++plane) depthwise(o, plane, padded);
+    });
+  }
+
+  // Output plane (n, c) reads input plane (n, c) alone: `plane` indexes both.
+  void depthwise(const Operands& o, int64_t plane, float* padded) const {
+    const ConvShape& s = shape_;
+    const int64_t c = plane % s.outChannels;
+    float* out = o.y + plane * s.pixels();
+    depthwisePlane({.shape = &s,
+                    .x = o.x + plane * s.height * s.width,
+                    .w = o.w + c * s.kernelH * s.kernelW,
+                    .bias = o.bias ? o.bias[c] : 0.0f,
+                    .out = out,
+                    .scratch = padded});
+    finishRows(out, o.residual ? o.residual + plane * s.pixels() : nullptr, 1, s.pixels(),
+               s.pixels(), nullptr, true, epilogue_);
+  }
+
   void directPlane(const Operands& o, int64_t plane) const {
     const ConvShape& s = shape_;
     const int64_t cg = s.groupChannels(), mg = s.groupOutChannels();
@@ -303,15 +340,22 @@ class ConvStep : public Step {
   ConvChoice choice_;
   Epilogue epilogue_;
   std::vector<OutputRange> rowRanges_, colRanges_;  // per kernel row / column
-  mutable ChunkScratch scratch_;  // im2col columns; a plan runs on one thread at a time
+  // im2col columns, depthwise padded planes; a plan runs on one thread at a time
+  mutable ChunkScratch scratch_;
 };
 
 ConvAlgo chooseAlgo(const std::string& algo, const ConvShape& s) {
   if (algo == "im2col") return ConvAlgo::kIm2col;
   if (algo == "direct") return ConvAlgo::kDirect;
   if (algo == "pointwise" && s.pointwise()) return ConvAlgo::kPointwise;
-  // auto, and pointwise where it does not apply: a depthwise convolution's per-group GEMMs would
-  // be a single row each, and a pointwise one needs no copy.
+  if (algo == "depthwise" && depthwiseKernelFits(s)) return ConvAlgo::kDepthwise;
+  // auto, and pointwise or depthwise where it does not apply: a depthwise convolution's
+  // per-group GEMMs would be a single row each, and a pointwise one needs no copy.
+  // The depthwise kernel pays a copy per plane that direct does not: on planes of fewer output
+  // pixels than kernel rows (1x1; 2x2 under a 5x5 kernel) direct was measured faster.
+  if (s.depthwise() && depthwiseKernelFits(s) && s.pixels() >= s.kernelH) {
+    return ConvAlgo::kDepthwise;
+  }
   if (s.depthwise()) return ConvAlgo::kDirect;
   if (s.pointwise()) return ConvAlgo::kPointwise;
   return ConvAlgo::kIm2col;
@@ -417,6 +461,7 @@ void finishRows(float* out, const float* residual, int64_t rows, int64_t length,
 
 std::string convTactic(const ConvChoice& choice) {
   if (choice.algo == ConvAlgo::kDirect) return "direct";
+  if (choice.algo == ConvAlgo::kDepthwise) return "depthwise";
   std::string tactic = choice.algo == ConvAlgo::kIm2col ? "im2col+" : "pointwise+";
   tactic += choice.gemm().native() ? "native" : "blas";
   if (choice.maxTile > 0) tactic += ".tile" + std::to_string(choice.maxTile);
@@ -446,9 +491,10 @@ std::unique_ptr<Step> makeConvStep(const ir::Node& node, const knobs::Route& rou
     step = std::make_unique<ConvStep>(*shape, choice, *epilogue);
     step->tactic = convTactic(choice);
   }
-  // The direct kernels compute in float32 whatever the knob says.
+  // The direct and depthwise kernels compute in float32 whatever the knob says.
   if (choice.precision == GemmPrecision::kBf16 &&
-      step->tactic.find("direct") == std::string::npos && step->tactic != "nhwc.depthwise") {
+      step->tactic.find("direct") == std::string::npos &&
+      step->tactic.find("depthwise") == std::string::npos) {
     step->precision = "bf16";
   }
   return step;

@@ -49,7 +49,7 @@ struct ConvShape {
   static std::optional<ConvShape> fromNode(const ir::Node& node, bool nhwc);
 };
 
-enum class ConvAlgo { kIm2col, kDirect, kPointwise };
+enum class ConvAlgo { kIm2col, kDirect, kPointwise, kDepthwise };
 
 // cpu.conv.algo, cpu.conv.im2col_tile, cpu.conv.precision and the GEMM source resolved for one
 // node.
@@ -115,9 +115,28 @@ class SingleThreadedBlas {
 void finishRows(float* out, const float* residual, int64_t rows, int64_t length, int64_t rowStride,
                 const float* bias, bool biasPerRow, const Epilogue& epilogue);
 
-// The tactic a choice names: "direct", or "im2col+<source>" / "pointwise+<source>" (source
-// "blas" or "native") with ".tile<N>" when tasks are at most N output pixels.
+// The tactic a choice names: "direct", "depthwise", or "im2col+<source>" / "pointwise+<source>"
+// (source "blas" or "native") with ".tile<N>" when tasks are at most N output pixels.
 std::string convTactic(const ConvChoice& choice);
+
+// One output plane of an NCHW depthwise convolution (conv_depthwise.cc): out = bias + the
+// kernel's taps over the input channel's plane x. Bias and taps only; the epilogue is the
+// caller's. `scratch` holds depthwiseScratchFloats floats, the padded plane.
+struct DepthwisePlane {
+  const ConvShape* shape;
+  const float* x;  // [H, W]
+  const float* w;  // [kH, kW]
+  float bias;
+  float* out;  // [OH, OW]
+  float* scratch;
+};
+
+// Whether depthwisePlane computes this convolution: one output channel per input channel
+// (group == channels == output channels), 3x3 or 5x5, the same stride 1 or 2 along both axes,
+// no dilation; any padding.
+bool depthwiseKernelFits(const ConvShape& shape);
+int64_t depthwiseScratchFloats(const ConvShape& shape);
+void depthwisePlane(const DepthwisePlane& plane);
 
 // kiln.NhwcConv's CPU step (conv_nhwc.cc), with the algorithm already chosen.
 std::unique_ptr<Step> makeNhwcConvStep(const ConvShape& shape, const ConvChoice& choice,

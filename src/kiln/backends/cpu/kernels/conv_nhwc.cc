@@ -296,6 +296,9 @@ class NhwcConvStep : public Step {
 std::unique_ptr<Step> makeNhwcConvStep(const ConvShape& shape, const ConvChoice& choice,
                                        const Epilogue& epilogue) {
   ConvChoice chosen = choice;
+  // The depthwise kernel is NCHW's; NHWC's direct kernel already runs depthwise rows along the
+  // channels.
+  if (chosen.algo == ConvAlgo::kDepthwise) chosen.algo = ConvAlgo::kDirect;
   // The direct kernel keeps each output row's kernel rows on the stack.
   if (chosen.algo == ConvAlgo::kDirect && shape.kernelH > DirectRow::kMaxKernelRows) {
     chosen.algo = ConvAlgo::kIm2col;
