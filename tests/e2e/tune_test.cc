@@ -168,18 +168,18 @@ TEST_F(KilnTune, DryRunCountsFastFullAndMixed) {
 }
 
 TEST_F(KilnTune, LargeFullSearchNeedsConfirmation) {
-  // 5 * 4 * 2 * 2 * 2 = 160 routes.
+  // 6 * 4 * 2 * 2 * 2 = 192 routes (cpu.conv.algo has six values).
   const std::string expression =
       "-cpu.conv.algo=* -cpu.gemm.kc=* -graph.layout=* -fusion.conv_act=* -fusion.gemm_act=*";
   Outcome refused =
       kiln(fmt::format("tune {} --tune '{}' --search full --dry-run", sample(), expression));
   EXPECT_EQ(refused.exitCode, 1);
-  EXPECT_NE(refused.err.find("160 routes"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("192 routes"), std::string::npos) << refused.err;
   EXPECT_NE(refused.err.find("--allow-large-search"), std::string::npos) << refused.err;
   Outcome allowed = kiln(fmt::format(
       "tune {} --tune '{}' --search full --dry-run --allow-large-search", sample(), expression));
   EXPECT_EQ(allowed.exitCode, 0) << allowed.err;
-  EXPECT_EQ(countRouteLines(allowed.out), 160);
+  EXPECT_EQ(countRouteLines(allowed.out), 192);
 }
 
 TEST_F(KilnTune, BadExpressionsAndFlagsAreUserErrors) {
@@ -354,13 +354,13 @@ TEST_F(KilnTune, SigintStopsCleanlyAndSaysHowToResume) {
   EXPECT_NE(out.find("resume with: kiln tune --continue --cache tune.db"), std::string::npos)
       << out;
   const size_t before = recorded(dir_ / "tune.db").size();
-  EXPECT_LT(before, 6u);  // 1 + 1 + 4 routes planned
+  EXPECT_LT(before, 7u);  // 1 + 1 + 5 routes planned
   Outcome resumed = faulty("tune --continue --cache tune.db");
   ASSERT_EQ(resumed.exitCode, 0) << resumed.out << resumed.err;
   EXPECT_NE(resumed.out.find(fmt::format("continuing: {} trials already recorded", before)),
             std::string::npos)
       << resumed.out;
-  EXPECT_EQ(recorded(dir_ / "tune.db").size(), 6u);
+  EXPECT_EQ(recorded(dir_ / "tune.db").size(), 7u);
 }
 
 TEST_F(KilnTune, TuningTimeoutFinishesCleanly) {
@@ -551,7 +551,7 @@ TEST_F(KilnTune, OneRunPerCacheAndContinueFromAnotherFolder) {
   Outcome resumed =
       run(KILN_FAULTY_BINARY, "tune moved.onnx --continue --cache ../tune.db", dir_ / "elsewhere");
   ASSERT_EQ(resumed.exitCode, 0) << resumed.out << resumed.err;
-  EXPECT_EQ(recorded(dir_ / "tune.db").size(), 6u);
+  EXPECT_EQ(recorded(dir_ / "tune.db").size(), 7u);
 }
 
 TEST_F(KilnTune, SaveAllEnginesKeepsEveryCandidateAndCacheExports) {

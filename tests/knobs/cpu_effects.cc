@@ -33,6 +33,27 @@ KILN_KNOB_EFFECT({
         },
 });
 
+KILN_KNOB_EFFECT({
+    .knob = "cpu.threads.spin_us",
+    .value = "500",
+    .shows = "the plan's 2 threads spin for 500 us waiting for work before they sleep, and the "
+             "outputs stay the same",
+    .graph =
+        [] {
+          GraphSketch g;
+          auto x = g.input("x", {64, 256});
+          g.output(g.node("Softmax", {g.node("Relu", {x}, {}, "relu")}, {}, "softmax"));
+          return g.take();
+        },
+    .baseRoute = "-cpu.threads=2",
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_NE(base.spinMicros, 500);
+          EXPECT_EQ(changed.spinMicros, 500);
+          EXPECT_EQ(changed.threads, 2);
+        },
+});
+
 // x -> Relu -> Exp -> Neg -> Sigmoid, 4 KiB a value.
 ir::Graph unaryChain() {
   GraphSketch g;

@@ -50,8 +50,8 @@ const BuildSnapshot::Layer& BuildSnapshot::layer(const std::string& name) const 
 }
 
 std::string BuildSnapshot::summary() const {
-  std::string text = "threads " + std::to_string(threads) + ", arena " +
-                     std::to_string(arenaBytes) + " bytes" +
+  std::string text = "threads " + std::to_string(threads) + ", spin " + std::to_string(spinMicros) +
+                     " us, arena " + std::to_string(arenaBytes) + " bytes" +
                      (execution.empty() ? "" : ", execution " + execution) + "\n";
   for (const Layer& l : layers) {
     text += "  " + l.name + ": " + l.op + " [" + l.tactic + ", " + l.layout + ", " + l.precision +
@@ -113,6 +113,7 @@ Result<BuildSnapshot> snapshot(const KnobEffect& effect, const std::string& rout
   }
   shot.arenaBytes = build.plan.arenaBytes();
   shot.threads = build.plan.threads();
+  shot.spinMicros = build.plan.spinMicros();
   KILN_ASSIGN_OR_RETURN(shot.outputs, build.plan.run(inputs));
   return shot;
 }

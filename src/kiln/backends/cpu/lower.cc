@@ -25,6 +25,20 @@ const knobs::Knob kThreads = knobs::declareKnob({
     .backends = {"cpu"},
 });
 
+const knobs::Knob kSpin = knobs::declareKnob({
+    .name = "cpu.threads.spin_us",
+    .kind = knobs::KnobKind::kInt,
+    .minValue = 0,
+    .maxValue = 100000,
+    // 50 us: on the 2-core development machine at 2 threads (medians of two 1.5 s runs, 0 -> 50
+    // us), mobilenet_v3_small 4.7-8.0 -> 3.5-4.1 ms, bert_mini 8.4-12.0 -> 7.2, shufflenet 7.9-8.2
+    // -> 4.8, squeezenet 10.6-11.4 -> 9.1-9.8; 200 us was no better on shufflenet (7.2-7.9).
+    .defaultValue = "50",
+    .help = "microseconds the plan's threads spin waiting for the next parallel loop (or for "
+            "each other) before they sleep on a condition variable (0: sleep at once)",
+    .backends = {"cpu"},
+});
+
 const knobs::Knob kAliasReshapes = knobs::declareKnob({
     .name = "cpu.memory.alias_reshapes",
     .kind = knobs::KnobKind::kBool,
@@ -105,7 +119,8 @@ Result<Plan> lowerToCpu(std::shared_ptr<const ir::Graph> graph, const knobs::Rou
   const int64_t threads = route.intValue(kThreads);
   plan.threads_ = threads > 0 ? static_cast<int>(threads)
                               : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  plan.pool_ = std::make_unique<ThreadPool>(plan.threads_);
+  plan.spinMicros_ = static_cast<int>(route.intValue(kSpin));
+  plan.pool_ = std::make_unique<ThreadPool>(plan.threads_, plan.spinMicros_);
   for (const auto& value : graph->values()) {
     if (!value->hasType) {
       return internalError("value '{}' has no type: lower only shape-inferred graphs", value->name);

@@ -74,6 +74,7 @@ class Plan {
   const std::vector<std::unique_ptr<Step>>& steps() const { return steps_; }
   int64_t arenaBytes() const { return arenaBytes_; }
   int threads() const { return threads_; }
+  int spinMicros() const { return spinMicros_; }  // cpu.threads.spin_us
   const ir::Graph& graph() const { return *graph_; }
 
  private:
@@ -85,6 +86,7 @@ class Plan {
   std::vector<BufferRef> outputs_;
   int64_t arenaBytes_ = 0;
   int threads_ = 1;
+  int spinMicros_ = 0;
   mutable ir::Tensor arena_;
   std::unique_ptr<ThreadPool> pool_;  // threads_ threads, the caller's among them
 };

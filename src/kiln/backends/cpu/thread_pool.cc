@@ -1,17 +1,37 @@
 #include "kiln/backends/cpu/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace kiln::cpu {
 
-ThreadPool::ThreadPool(int threads) {
+ThreadPool::ThreadPool(int threads, int spinMicros) : spinMicros_(std::max(spinMicros, 0)) {
   for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { workerLoop(); });
+}
+
+template <typename Ready>
+bool ThreadPool::spinUntil(Ready ready) const {
+  if (spinMicros_ == 0) return ready();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(spinMicros_);
+  while (true) {
+    for (int i = 0; i < 64; ++i) {
+      if (ready()) return true;
+#if defined(__x86_64__)
+      _mm_pause();
+#endif
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return ready();
+  }
 }
 
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard lock(mutex_);
-    stopping_ = true;
+    stopping_.store(true);
   }
   wake_.notify_all();
   for (std::thread& worker : workers_) worker.join();
@@ -49,29 +69,34 @@ void ThreadPool::parallelFor(int64_t count, int64_t grain,
     count_ = count;
     chunks_ = chunks;
     nextChunk_.store(0);
-    busyWorkers_ = static_cast<int>(workers_.size());
-    ++generation_;
+    busyWorkers_.store(static_cast<int>(workers_.size()));
+    generation_.fetch_add(1);  // last: a spinning worker that sees it sees the call's fields
   }
   wake_.notify_all();
   runChunks();
-  std::unique_lock lock(mutex_);
-  done_.wait(lock, [this] { return busyWorkers_ == 0; });
+  if (!spinUntil([this] { return busyWorkers_.load() == 0; })) {
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, [this] { return busyWorkers_.load() == 0; });
+  }
   fn_ = nullptr;
 }
 
 void ThreadPool::workerLoop() {
   uint64_t seen = 0;
   while (true) {
-    {
+    const auto called = [&] { return stopping_.load() || generation_.load() != seen; };
+    if (!spinUntil(called)) {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
-      if (stopping_) return;
-      seen = generation_;
+      wake_.wait(lock, called);
     }
+    if (stopping_.load()) return;
+    seen = generation_.load();
     runChunks();
-    {
+    // The last worker out wakes the caller if it sleeps; under the mutex, so that the caller's
+    // check of its condition and its sleep cannot fall between the count and the notify.
+    if (busyWorkers_.fetch_sub(1) == 1) {
       std::lock_guard lock(mutex_);
-      if (--busyWorkers_ == 0) done_.notify_one();
+      done_.notify_one();
     }
   }
 }

@@ -1,7 +1,10 @@
 // The CPU backend's worker threads. A plan owns one pool (cpu.threads workers, the calling
 // thread among them) and hands it to every step through the ExecutionContext; a kernel splits
-// its work with parallelFor. Workers sleep on a condition variable between calls, so an idle
-// plan costs nothing.
+// its work with parallelFor. Between calls, workers first spin for up to `spinMicros`
+// microseconds watching for the next call (cpu.threads.spin_us), then sleep on a condition
+// variable, so an idle plan costs nothing; the caller likewise spins before it sleeps while the
+// workers finish. A wake-up through the condition variable costs tens of microseconds on a
+// virtual machine, which small layers pay on every parallelFor without the spin.
 //
 //   context.pool().parallelFor(rows, /*grain=*/16, [&](int64_t begin, int64_t end) {
 //     for (int64_t r = begin; r < end; ++r) normalizeRow(r);
@@ -21,7 +24,7 @@ namespace kiln::cpu {
 class ThreadPool {
  public:
   // `threads` >= 1 counts the caller: a pool of 1 starts no worker and runs everything inline.
-  explicit ThreadPool(int threads);
+  explicit ThreadPool(int threads, int spinMicros = 0);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -42,13 +45,19 @@ class ThreadPool {
   void workerLoop();
   void runChunks();
 
+  // Spins up to spinMicros_ until `ready` holds; whether it did.
+  template <typename Ready>
+  bool spinUntil(Ready ready) const;
+
+  const int spinMicros_;
   std::vector<std::thread> workers_;
   std::mutex mutex_;
   std::condition_variable wake_;
   std::condition_variable done_;
-  uint64_t generation_ = 0;  // bumped per parallelFor call (under mutex_)
-  bool stopping_ = false;
-  int busyWorkers_ = 0;  // workers still inside the current call (under mutex_)
+  // Changed under mutex_ (so that sleepers see them), read without it while spinning.
+  std::atomic<uint64_t> generation_{0};  // bumped per parallelFor call
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> busyWorkers_{0};  // workers still inside the current call
 
   // The current call (written before generation_ is bumped, read by workers after).
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
