@@ -1,8 +1,8 @@
 // The CPU backend's convolution and NHWC kernels against the reference executor: every
 // cpu.conv.algo value, in NCHW and (through the layout pass) NHWC, on 1, 2 and 3 threads and two
-// tile sizes, over strides, dilations, asymmetric pads, groups, depthwise (3x3 and 5x5 of the
-// depthwise kernel, tiny planes, shapes it leaves to direct), 1x1, batch 2 and odd sizes; FusedConv
-// with residual and activation; NHWC pools; and how conv work splits into tasks.
+// tile sizes, over strides, dilations, asymmetric pads, groups, depthwise (3x3, 5x5 and 7x7 of
+// the depthwise kernel, tiny planes, shapes it leaves to direct), 1x1, batch 2 and odd sizes;
+// FusedConv with residual and activation; NHWC pools; and how conv work splits into tasks.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -186,7 +186,43 @@ const std::vector<ConvCase>& convCases() {
        {2, 1, 5, 5},
        {{"group", intAttr(2)}, {"pads", ints({2, 2, 2, 2})}},
        true},
+      // 7x7 (ConvNeXt's): widths that end vectors part-way, in-place (unpadded) and padded
+      // planes, asymmetric pads, stride 2's phases, planes smaller than the kernel.
       {"dw7x7", {1, 3, 9, 9}, {3, 1, 7, 7}, {{"group", intAttr(3)}, {"pads", ints({3, 3, 3, 3})}}},
+      {"dw7x7_pad3_w19_batch2",
+       {2, 4, 11, 19},
+       {4, 1, 7, 7},
+       {{"group", intAttr(4)}, {"pads", ints({3, 3, 3, 3})}},
+       true},
+      {"dw7x7_pad0_w20", {1, 2, 12, 20}, {2, 1, 7, 7}, {{"group", intAttr(2)}}},
+      {"dw7x7_asymmetric_w13",
+       {1, 3, 10, 13},
+       {3, 1, 7, 7},
+       {{"group", intAttr(3)}, {"pads", ints({2, 3, 4, 1})}},
+       true},
+      {"dw7x7_stride2_pad3_w23_batch2",
+       {2, 3, 15, 23},
+       {3, 1, 7, 7},
+       {{"group", intAttr(3)}, {"strides", ints({2, 2})}, {"pads", ints({3, 3, 3, 3})}},
+       true},
+      {"dw7x7_stride2_pad0_w16",
+       {1, 2, 13, 16},
+       {2, 1, 7, 7},
+       {{"group", intAttr(2)}, {"strides", ints({2, 2})}}},
+      {"dw7x7_stride2_asymmetric_w17",
+       {1, 2, 14, 17},
+       {2, 1, 7, 7},
+       {{"group", intAttr(2)}, {"strides", ints({2, 2})}, {"pads", ints({1, 3, 2, 0})}}},
+      {"dw7x7_3x3_input",
+       {1, 3, 3, 3},
+       {3, 1, 7, 7},
+       {{"group", intAttr(3)}, {"pads", ints({3, 3, 3, 3})}},
+       true},
+      {"dw7x7_2x2_input",
+       {1, 2, 2, 2},
+       {2, 1, 7, 7},
+       {{"group", intAttr(2)}, {"pads", ints({3, 3, 3, 3})}}},
+      {"dw3x5", {1, 3, 8, 9}, {3, 1, 3, 5}, {{"group", intAttr(3)}, {"pads", ints({1, 2, 1, 2})}}},
       {"dw3x3_dilation2",
        {1, 3, 9, 10},
        {3, 1, 3, 3},
@@ -283,18 +319,24 @@ TEST(ConvTactics, AutoPicksTheDepthwiseKernelWhereItFitsUnlessThePlaneIsTiny) {
   for (const char* name :
        {"dw3x3_pad1_w7", "dw3x3_pad0_w8", "dw3x3_stride2_pad1_w16_batch2",
         "dw3x3_stride2_asymmetric_w15", "dw5x5_pad2_w17", "dw5x5_stride2_pad2_w33_batch2",
-        "dw5x5_asymmetric_w16", "dw5x5_stride2_pad0_w8", "dw5x5_2x3_input"}) {
+        "dw5x5_asymmetric_w16", "dw5x5_stride2_pad0_w8", "dw5x5_2x3_input", "dw7x7",
+        "dw7x7_pad3_w19_batch2", "dw7x7_pad0_w20", "dw7x7_asymmetric_w13",
+        "dw7x7_stride2_pad3_w23_batch2", "dw7x7_stride2_pad0_w16", "dw7x7_stride2_asymmetric_w17",
+        "dw7x7_3x3_input"}) {
     EXPECT_EQ(tacticOf(caseNamed(name), ""), "depthwise") << name;
   }
-  // A single output pixel: auto keeps the direct loop, the knob value still forces the kernel.
+  // A single output pixel, or fewer than the kernel has rows: auto keeps the direct loop, the
+  // knob value still forces the kernel.
   EXPECT_EQ(tacticOf(caseNamed("dw3x3_1x1_input"), ""), "direct");
   EXPECT_EQ(tacticOf(caseNamed("dw3x3_1x1_input"), "-cpu.conv.algo=depthwise"), "depthwise");
+  EXPECT_EQ(tacticOf(caseNamed("dw7x7_2x2_input"), ""), "direct");
+  EXPECT_EQ(tacticOf(caseNamed("dw7x7_2x2_input"), "-cpu.conv.algo=depthwise"), "depthwise");
   EXPECT_EQ(tacticOf(caseNamed("dw3x3_pad1_w7"), "-cpu.conv.algo=direct"), "direct");
   EXPECT_EQ(tacticOf(caseNamed("dw3x3_pad1_w7"), "-cpu.conv.precision=bf16"), "depthwise");
 }
 
 TEST(ConvTactics, DepthwiseFallsBackToAutoWhereItDoesNotApply) {
-  EXPECT_EQ(tacticOf(caseNamed("dw7x7"), "-cpu.conv.algo=depthwise"), "direct");
+  EXPECT_EQ(tacticOf(caseNamed("dw3x5"), "-cpu.conv.algo=depthwise"), "direct");
   EXPECT_EQ(tacticOf(caseNamed("dw3x3_dilation2"), "-cpu.conv.algo=depthwise"), "direct");
   EXPECT_EQ(tacticOf(caseNamed("depthwise_multiplier2"), "-cpu.conv.algo=depthwise"), "direct");
   EXPECT_EQ(tacticOf(caseNamed("depthwise_1x1"), "-cpu.conv.algo=depthwise"), "direct");
@@ -353,6 +395,7 @@ TEST(FusedConv, ResidualAndActivationMatchReferenceInBothLayouts) {
       {{1, 3, 9, 11}, {4, 3, 3, 3}, {{"pads", ints({1, 1, 1, 1})}}},
       {{2, 6, 5, 7}, {6, 6, 1, 1}, {}},
       {{1, 6, 7, 5}, {6, 1, 3, 3}, {{"pads", ints({1, 1, 1, 1})}, {"group", intAttr(6)}}},
+      {{2, 5, 9, 11}, {5, 1, 7, 7}, {{"pads", ints({3, 3, 3, 3})}, {"group", intAttr(5)}}},
   };
   for (const FusedCase& f : activations) {
     for (const Geometry& geometry : geometries) {

@@ -109,6 +109,97 @@ TEST(CpuPoolKernels, MaxPoolMatchesReference) {
       {{"kernel_shape", intsAttr({3, 3})}, {"auto_pad", stringAttr("SAME_UPPER")}});
 }
 
+// Windows wholly inside the input go through the separable row kernels (3x3 stride 2, 2x2
+// stride 2 and 3x3 stride 1 compiled for their extents; other kernels of column stride 1 or 2 the
+// general one), border windows (padding, ceil_mode) and other strides tap by tap: odd sizes,
+// rows wider than one block of the row kernels, on 1 and 2 threads.
+TEST(CpuPoolKernels, WindowPoolsMatchReferenceOverKernelsStridesPadsAndThreads) {
+  struct PoolCase {
+    const char* name;
+    Shape x;
+    Attributes attributes;
+  };
+  const auto square = [](int64_t k, int64_t s) {
+    return Attributes{{"kernel_shape", intsAttr({k, k})}, {"strides", intsAttr({s, s})}};
+  };
+  const auto with = [](Attributes a, const std::string& name, Attribute value) {
+    a[name] = std::move(value);
+    return a;
+  };
+  const std::vector<PoolCase> cases = {
+      {"3x3_s2_ceil", {2, 3, 19, 23}, with(square(3, 2), "ceil_mode", intAttr(1))},
+      {"3x3_s2_ceil_exact", {1, 3, 21, 37}, with(square(3, 2), "ceil_mode", intAttr(1))},
+      {"3x3_s2_floor", {2, 3, 19, 24}, square(3, 2)},
+      {"3x3_s2_pad1", {1, 5, 16, 17}, with(square(3, 2), "pads", intsAttr({1, 1, 1, 1}))},
+      {"3x3_s2_asymmetric_pads_ceil",
+       {1, 2, 14, 19},
+       with(with(square(3, 2), "pads", intsAttr({0, 2, 1, 0})), "ceil_mode", intAttr(1))},
+      {"2x2_s2", {2, 4, 18, 37}, square(2, 2)},
+      {"2x2_s2_ceil", {1, 3, 9, 11}, with(square(2, 2), "ceil_mode", intAttr(1))},
+      {"3x3_s1_pad1", {1, 3, 10, 21}, with(square(3, 1), "pads", intsAttr({1, 1, 1, 1}))},
+      {"3x3_s1", {1, 2, 7, 35}, square(3, 1)},
+      {"5x5_s2_pad2", {1, 2, 21, 30}, with(square(5, 2), "pads", intsAttr({2, 2, 2, 2}))},
+      {"5x5_s1", {1, 2, 9, 26}, square(5, 1)},
+      {"3x2_s1x2_asymmetric",
+       {1, 3, 12, 19},
+       {{"kernel_shape", intsAttr({3, 2})},
+        {"strides", intsAttr({1, 2})},
+        {"pads", intsAttr({1, 0, 2, 1})}}},
+      {"1x1_s2", {1, 2, 7, 9}, square(1, 2)},
+      {"3x3_s3", {1, 2, 17, 20}, square(3, 3)},
+      {"3x3_s2_wide_rows", {1, 2, 5, 600}, square(3, 2)},
+      {"3x3_s1_wide_rows", {1, 1, 4, 300}, with(square(3, 1), "pads", intsAttr({0, 1, 0, 1}))},
+      {"4x3_s2_wide_rows",
+       {1, 1, 6, 531},
+       {{"kernel_shape", intsAttr({4, 3})}, {"strides", intsAttr({2, 2})}}},
+  };
+  // Dilated windows: MaxPool only (AveragePool has dilations from opset 19).
+  const std::vector<PoolCase> dilated = {
+      {"3x3_s2_dilation2", {1, 2, 17, 22}, with(square(3, 2), "dilations", intsAttr({2, 2}))},
+      {"2x3_s1_dilation_3x2",
+       {1, 2, 12, 25},
+       {{"kernel_shape", intsAttr({2, 3})},
+        {"dilations", intsAttr({3, 2})},
+        {"pads", intsAttr({1, 2, 1, 2})}}},
+  };
+  for (int threads : {1, 2}) {
+    const std::string route = "-cpu.threads=" + std::to_string(threads);
+    for (const PoolCase& c : cases) {
+      SCOPED_TRACE(std::string(c.name) + " " + route);
+      const Tensor x = randomTensor(c.x, 21);
+      expectFastMatchesReference("cpu.pool.impl", "fast.window_pool", "MaxPool", {runtime(x)},
+                                 c.attributes, 18, 1, route);
+      for (int64_t include : {0, 1}) {
+        expectFastMatchesReference("cpu.pool.impl", "fast.window_pool", "AveragePool", {runtime(x)},
+                                   with(c.attributes, "count_include_pad", intAttr(include)), 18, 1,
+                                   route);
+      }
+    }
+    for (const PoolCase& c : dilated) {
+      SCOPED_TRACE(std::string(c.name) + " " + route);
+      expectFastMatchesReference("cpu.pool.impl", "fast.window_pool", "MaxPool",
+                                 {runtime(randomTensor(c.x, 22))}, c.attributes, 18, 1, route);
+    }
+  }
+}
+
+// NaN loses to any number but a window of NaNs stays NaN, inside the input as at its borders:
+// plane 0 holds a 3x3 block of NaNs (one whole window at stride 2, parts of several at stride
+// 1), plane 1 scattered NaNs.
+TEST(CpuPoolKernels, MaxPoolKeepsTheReferenceNaNRule) {
+  Tensor x = randomTensor(Shape{1, 2, 9, 40}, 23);
+  float* data = x.mutableData<float>().data();
+  for (int64_t y = 2; y < 5; ++y) {
+    for (int64_t c = 4; c < 7; ++c) data[y * 40 + c] = std::nanf("");
+  }
+  for (int64_t i = 360; i < 720; i += 7) data[i] = std::nanf("");
+  for (int64_t stride : {1, 2}) {
+    expectFastMatchesReference(
+        "cpu.pool.impl", "fast.window_pool", "MaxPool", {runtime(x)},
+        {{"kernel_shape", intsAttr({3, 3})}, {"strides", intsAttr({stride, stride})}});
+  }
+}
+
 TEST(CpuPoolKernels, MaxPoolWithIndicesStaysReference) {
   const Tensor x = randomTensor(Shape{1, 2, 5, 5}, 2);
   expectFastMatchesReference("cpu.pool.impl", "", "MaxPool", {runtime(x)},

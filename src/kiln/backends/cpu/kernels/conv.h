@@ -132,7 +132,7 @@ struct DepthwisePlane {
 };
 
 // Whether depthwisePlane computes this convolution: one output channel per input channel
-// (group == channels == output channels), 3x3 or 5x5, the same stride 1 or 2 along both axes,
+// (group == channels == output channels), 3x3, 5x5 or 7x7, the same stride 1 or 2 along both axes,
 // no dilation; any padding.
 bool depthwiseKernelFits(const ConvShape& shape);
 int64_t depthwiseScratchFloats(const ConvShape& shape);

@@ -1,9 +1,10 @@
 // The depthwise kernel of NCHW convolutions (cpu.conv.algo=depthwise): one output plane per input
-// channel, 3x3 or 5x5, stride 1 or 2. The plane is first copied into scratch with its padding's
-// zeros (bounds-checked border pixels cost as much as the whole interior on the 7x7 and 14x14
-// planes of mobile networks); stride 2 splits it into four phases (even/odd rows and columns) so
-// that each tap reads consecutive floats. Then all output rows are one flat loop with the taps in
-// registers, vectorised across output pixels (rows of 7 or 14 would fill no AVX-512 vector).
+// channel, 3x3, 5x5 or 7x7, stride 1 or 2. The plane is first copied into scratch with its
+// padding's zeros (bounds-checked border pixels cost as much as the whole interior on the 7x7 and
+// 14x14 planes of mobile networks); stride 2 splits it into four phases (even/odd rows and columns)
+// so that each tap reads consecutive floats. Then all output rows are one flat loop with the taps
+// in registers (a 7x7's in passes of a few kernel rows), vectorised across output pixels (rows of 7
+// or 14 would fill no AVX-512 vector).
 #include <algorithm>
 
 #include "kiln/backends/cpu/kernels/conv.h"
@@ -42,24 +43,34 @@ int64_t paddedExtent(int64_t outExtent, int64_t stride, int64_t kernel) {
   }
 }
 
-// Output pixels q in [0, count) of rows `stride` floats apart (those past a row's end are
-// computed and dropped by the caller): pixel q reads in[q + ky * stride + kx]. One flat loop, as
-// rows of 7 or 14 pixels would fill no AVX-512 vector.
-template <int K>
-[[gnu::always_inline]] inline void flatRows(float* __restrict out, const float* __restrict in,
-                                            int64_t stride, const float* taps, float bias,
-                                            int64_t count) {
-  float w[K * K];
-  for (int t = 0; t < K * K; ++t) w[t] = taps[t];
+// Output pixels q in [0, count) of rows `rowStride` floats apart (those past a row's end are
+// computed and dropped by the caller), one flat loop vectorised across pixels, as rows of 7 or 14
+// pixels would fill no AVX-512 vector. Pixel q's tap (ky, kx) reads in[q + offset(ky, kx)]: the
+// padded plane at stride 1, its phases at stride 2. The kernel rows go in passes of `Rows`, each
+// pass's taps held in registers and its sums stored to out (the first pass starts from the bias,
+// later ones from out); the sums are the same, in the same order, whatever `Rows` is.
+template <int K, int Rows, int First = 0, typename Offset>
+[[gnu::always_inline]] inline void tapRows(float* __restrict out, const float* __restrict in,
+                                           Offset offset, const float* taps, float bias,
+                                           int64_t count) {
+  constexpr int kLast = std::min(K, First + Rows);
+  float w[(kLast - First) * K];
+  for (int t = 0; t < (kLast - First) * K; ++t) w[t] = taps[First * K + t];
   for (int64_t q = 0; q < count; ++q) {
-    const float* at = in + q;
-    float sum = bias;
-    for (int ky = 0; ky < K; ++ky) {
-      for (int kx = 0; kx < K; ++kx) sum += w[ky * K + kx] * at[ky * stride + kx];
+    float sum = First == 0 ? bias : out[q];
+    for (int ky = First; ky < kLast; ++ky) {
+      for (int kx = 0; kx < K; ++kx) sum += w[(ky - First) * K + kx] * in[q + offset(ky, kx)];
     }
     out[q] = sum;
   }
+  if constexpr (kLast < K) tapRows<K, Rows, kLast>(out, in, offset, taps, bias, count);
 }
+
+// Kernel rows per pass: a 3x3's or 5x5's taps all stay in registers. A 7x7's 49 would not, and
+// GCC leaves a loop of that many taps scalar (10x slower); passes of 1, 2 or 3 rows were measured
+// alike, 2 marginally ahead at 56x56.
+template <int K>
+constexpr int kRowsPerPass = K <= 5 ? K : 2;
 
 // Copies rows `stride` floats apart into the [OH, OW] output.
 void copyRows(const ConvShape& s, const float* flat, int64_t stride, float* out) {
@@ -102,32 +113,17 @@ Phases phasesOf(const ConvShape& s) {
 }
 
 template <int K>
-[[gnu::always_inline]] inline void phaseRows(float* __restrict out, const float* __restrict phases,
-                                             Phases ph, const float* taps, float bias,
-                                             int64_t count) {
-  float w[K * K];
-  for (int t = 0; t < K * K; ++t) w[t] = taps[t];
-  for (int64_t q = 0; q < count; ++q) {
-    const float* at = phases + q;
-    float sum = bias;
-    for (int ky = 0; ky < K; ++ky) {
-      for (int kx = 0; kx < K; ++kx) {
-        sum += w[ky * K + kx] *
-               at[((ky % 2) * 2 + kx % 2) * ph.floats() + (ky / 2) * ph.width + kx / 2];
-      }
-    }
-    out[q] = sum;
-  }
-}
-
-template <int K>
 [[gnu::always_inline]] inline void stride2Plane(const DepthwisePlane& p) {
   const ConvShape& s = *p.shape;
   const Phases ph = phasesOf(s);
   splitPhases(s, p.x, ph, p.scratch);
   // One flat loop over the output rows at the phases' row stride, as stride 1.
   float* flat = p.scratch + 4 * ph.floats();
-  phaseRows<K>(flat, p.scratch, ph, p.w, p.bias, (s.outHeight - 1) * ph.width + s.outWidth);
+  const auto offset = [ph](int ky, int kx) {
+    return ((ky % 2) * 2 + kx % 2) * ph.floats() + (ky / 2) * ph.width + kx / 2;
+  };
+  tapRows<K, kRowsPerPass<K>>(flat, p.scratch, offset, p.w, p.bias,
+                              (s.outHeight - 1) * ph.width + s.outWidth);
   copyRows(s, flat, ph.width, p.out);
 }
 
@@ -146,7 +142,9 @@ template <int K>
     rowStride = paddedW;
   }
   float* flat = p.scratch + paddedH * paddedW;
-  flatRows<K>(flat, in, rowStride, p.w, p.bias, (s.outHeight - 1) * rowStride + s.outWidth);
+  const auto offset = [rowStride](int ky, int kx) { return ky * rowStride + kx; };
+  tapRows<K, kRowsPerPass<K>>(flat, in, offset, p.w, p.bias,
+                              (s.outHeight - 1) * rowStride + s.outWidth);
   copyRows(s, flat, rowStride, p.out);
 }
 
@@ -155,12 +153,14 @@ KILN_VECTOR_CLONES void plane3s1(const DepthwisePlane& p) { stride1Plane<3>(p); 
 KILN_VECTOR_CLONES void plane3s2(const DepthwisePlane& p) { stride2Plane<3>(p); }
 KILN_VECTOR_CLONES void plane5s1(const DepthwisePlane& p) { stride1Plane<5>(p); }
 KILN_VECTOR_CLONES void plane5s2(const DepthwisePlane& p) { stride2Plane<5>(p); }
+KILN_VECTOR_CLONES void plane7s1(const DepthwisePlane& p) { stride1Plane<7>(p); }
+KILN_VECTOR_CLONES void plane7s2(const DepthwisePlane& p) { stride2Plane<7>(p); }
 
 }  // namespace
 
 bool depthwiseKernelFits(const ConvShape& s) {
   return s.group == s.channels && s.outChannels == s.channels && s.kernelH == s.kernelW &&
-         (s.kernelH == 3 || s.kernelH == 5) && s.strideH == s.strideW &&
+         (s.kernelH == 3 || s.kernelH == 5 || s.kernelH == 7) && s.strideH == s.strideW &&
          (s.strideH == 1 || s.strideH == 2) && s.dilationH == 1 && s.dilationW == 1;
 }
 
@@ -177,10 +177,13 @@ int64_t depthwiseScratchFloats(const ConvShape& s) {
 
 void depthwisePlane(const DepthwisePlane& p) {
   const ConvShape& s = *p.shape;
+  const bool stride1 = s.strideH == 1;
   if (s.kernelH == 3) {
-    s.strideH == 1 ? plane3s1(p) : plane3s2(p);
+    stride1 ? plane3s1(p) : plane3s2(p);
+  } else if (s.kernelH == 5) {
+    stride1 ? plane5s1(p) : plane5s2(p);
   } else {
-    s.strideH == 1 ? plane5s1(p) : plane5s2(p);
+    stride1 ? plane7s1(p) : plane7s2(p);
   }
 }
 
