@@ -89,7 +89,7 @@ KILN_ELTWISE_CLONES void unaryRange(UnaryOp op, const float* x, float* y, int64_
       for (int64_t i = 0; i < n; ++i) y[i] = fastTanh(x[i]);
       break;
     case UnaryOp::kErf:
-      for (int64_t i = 0; i < n; ++i) y[i] = std::erf(x[i]);
+      for (int64_t i = 0; i < n; ++i) y[i] = fastErf(x[i]);
       break;
     case UnaryOp::kExp:
       for (int64_t i = 0; i < n; ++i) y[i] = fastExp(x[i]);
@@ -112,9 +112,7 @@ KILN_ELTWISE_CLONES void unaryRange(UnaryOp op, const float* x, float* y, int64_
       for (int64_t i = 0; i < n; ++i) y[i] = std::max(0.0f, std::min(1.0f, a * x[i] + b));
       break;
     case UnaryOp::kGelu:
-      for (int64_t i = 0; i < n; ++i) {
-        y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.70710678118654752f));
-      }
+      for (int64_t i = 0; i < n; ++i) y[i] = fastGelu(x[i]);
       break;
     case UnaryOp::kGeluTanh: {
       const float k = static_cast<float>(std::sqrt(2.0 / std::numbers::pi));

@@ -66,13 +66,13 @@ inline float applyOp(float x, float y, float alpha, float beta) {
   if constexpr (kOp == kSqrt) return std::sqrt(x);
   if constexpr (kOp == kNeg) return -x;
   if constexpr (kOp == kAbs) return std::fabs(x);
-  if constexpr (kOp == kErf) return std::erf(x);
+  if constexpr (kOp == kErf) return fastErf(x);
   if constexpr (kOp == kReciprocal) return 1.0f / x;
   if constexpr (kOp == kHardSigmoid) return std::max(0.0f, std::min(1.0f, alpha * x + beta));
   if constexpr (kOp == kHardSwish) return x * std::max(0.0f, std::min(1.0f, x / 6.0f + 0.5f));
   if constexpr (kOp == kLeakyRelu) return x < 0.0f ? alpha * x : x;
   if constexpr (kOp == kClip) return std::min(std::max(x, alpha), beta);
-  if constexpr (kOp == kGelu) return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
+  if constexpr (kOp == kGelu) return fastGelu(x);
   if constexpr (kOp == kGeluTanh) {
     const float k = static_cast<float>(std::numbers::sqrt2 * std::numbers::inv_sqrtpi);
     return 0.5f * x * (1.0f + fastTanh(k * (x + 0.044715f * x * x * x)));
