@@ -12,6 +12,7 @@ packages=(
   nlohmann-json3-dev                  # JSON (knob listings, reports)
   libzip-dev zlib1g-dev               # .npz archives
   libopenblas-dev                     # BLAS tactic source of the CPU backend
+  libdnnl-dev                         # oneDNN tactic source
   libsqlite3-dev                      # the tuner's result store
   libgtest-dev libgmock-dev           # unit tests
 )

@@ -63,6 +63,7 @@ namespace {
 
 std::unique_ptr<Step> chooseStep(const ir::Node& node, const knobs::Route& route) {
   if (auto step = makeGemmStep(node, route)) return step;
+  if (auto step = makeOnednnConvStep(node, route)) return step;
   if (auto step = makeConvStep(node, route)) return step;
   if (auto step = makePoolStep(node, route)) return step;
   if (auto step = makeSoftmaxStep(node, route)) return step;

@@ -10,6 +10,9 @@
 namespace kiln::cpu {
 
 std::unique_ptr<Step> makeGemmStep(const ir::Node& node, const knobs::Route& route);
+// float32 Conv, FusedConv and NhwcConv by oneDNN primitives, where cpu.conv.source=onednn picks
+// them (conv_onednn.cc); ranked before makeConvStep, which takes every node it declines.
+std::unique_ptr<Step> makeOnednnConvStep(const ir::Node& node, const knobs::Route& route);
 std::unique_ptr<Step> makeConvStep(const ir::Node& node, const knobs::Route& route);
 // MaxPool (without Indices), AveragePool, GlobalAveragePool, GlobalMaxPool on 4-D float32.
 std::unique_ptr<Step> makePoolStep(const ir::Node& node, const knobs::Route& route);
