@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "../unit/cpu_route_util.h"
 #include "kiln/base/file.h"
 #include "kiln/ir/npy.h"
 
@@ -313,8 +314,9 @@ TEST_F(KilnCli, RefusesInputFilesThatDoNotFit) {
 
 TEST_F(KilnCli, BuildsInspectsAndRunsAnEngine) {
   const fs::path engine = dir_ / "sample.kiln";
-  Outcome built = kiln(fmt::format("build '{}' --route '-cpu.conv.algo=direct' --saveEngine '{}'",
-                                   KILN_SAMPLE_MODEL, engine.string()));
+  Outcome built =
+      kiln(fmt::format("build '{}' --route '{} -cpu.conv.algo=direct' --saveEngine '{}'",
+                       KILN_SAMPLE_MODEL, kiln::testing::kNativeNchwRoute, engine.string()));
   ASSERT_EQ(built.exitCode, 0) << built.err;
   EXPECT_NE(built.out.find("saved engine to"), std::string::npos) << built.out;
 
@@ -335,11 +337,12 @@ TEST_F(KilnCli, BuildsInspectsAndRunsAnEngine) {
   Outcome ran = kiln(fmt::format("run '{}' --seed 3 --duration 0 --warmUp 0 --saveOutputs '{}'",
                                  engine.string(), fromEngine.string()));
   ASSERT_EQ(ran.exitCode, 0) << ran.err;
-  ASSERT_EQ(kiln(fmt::format("run '{}' --route '-cpu.conv.algo=direct' --seed 3 --duration 0 "
-                             "--warmUp 0 --saveOutputs '{}'",
-                             KILN_SAMPLE_MODEL, fromModel.string()))
-                .exitCode,
-            0);
+  ASSERT_EQ(
+      kiln(fmt::format("run '{}' --route '{} -cpu.conv.algo=direct' --seed 3 --duration 0 "
+                       "--warmUp 0 --saveOutputs '{}'",
+                       KILN_SAMPLE_MODEL, kiln::testing::kNativeNchwRoute, fromModel.string()))
+          .exitCode,
+      0);
   auto a = kiln::ir::readNpz(fromEngine).value()[0].second;
   auto b = kiln::ir::readNpz(fromModel).value()[0].second;
   ASSERT_EQ(a.byteSize(), b.byteSize());

@@ -39,6 +39,19 @@ struct Outcome {
 // machine (ctest runs tests in parallel) cannot hide the test.delay gains.
 const std::string kQuickTiming = "--warmUp 0 --iterations 30 --duration 0.05";
 
+// Pinned beside -cpu.conv.algo=[auto|direct] where a study needs direct convolution to be slower:
+// kiln's NCHW kernels (by default convolutions run NHWC, through oneDNN where kiln has it, and
+// cpu.conv.algo changes nothing there).
+#if KILN_HAVE_ONEDNN
+#define KILN_NATIVE_NCHW_CONV " -graph.layout=nchw -cpu.conv.source=native"
+#define KILN_NATIVE_NCHW_CANONICAL "-cpu.conv.source=native -graph.layout=nchw "
+#else
+#define KILN_NATIVE_NCHW_CONV " -graph.layout=nchw"
+#define KILN_NATIVE_NCHW_CANONICAL "-graph.layout=nchw "
+#endif
+// Those studies' winner: both delays off, beside the pinned settings (routes in canonical order).
+const std::string kDelaysOff = KILN_NATIVE_NCHW_CANONICAL "-test.delay_a=off -test.delay_b=off";
+
 class KilnTune : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -235,16 +248,17 @@ TEST_F(KilnTune, BuildErrorsAreRecordedAndTheRunGoesOn) {
   const auto statuses = statusesByRoute(recorded(dir_ / "tune.db"));
   ASSERT_EQ(statuses.size(), 3u);
   EXPECT_EQ(statuses.at("-fusion.conv_act@no_such_node=off"), "build-error");
-  EXPECT_EQ(statuses.at("-graph.layout=nhwc"), "ok");
+  EXPECT_EQ(statuses.at("-graph.layout=nchw"), "ok");
 }
 
 TEST_F(KilnTune, MixedSearchCombinesTheSignificantGains) {
   // Each delay knob adds 4 ms a run when on (its default); turning either off is a large,
   // certain gain, so phase two is exactly the route with both off. Direct convolution is slower.
-  Outcome outcome = faulty(
-      fmt::format("tune {} --tune '-test.delay_a=* -test.delay_b=* -cpu.conv.algo=[auto|direct]' "
-                  "--search mixed --cache tune.db --saveEngine best.kiln {}",
-                  sample(), kQuickTiming));
+  Outcome outcome =
+      faulty(fmt::format("tune {} --tune '-test.delay_a=* -test.delay_b=* "
+                         "-cpu.conv.algo=[auto|direct]" KILN_NATIVE_NCHW_CONV "' "
+                         "--search mixed --cache tune.db --saveEngine best.kiln {}",
+                         sample(), kQuickTiming));
   ASSERT_EQ(outcome.exitCode, 0) << outcome.out << outcome.err;
   const auto trials = recorded(dir_ / "tune.db");
   ASSERT_EQ(trials.size(), 5u) << outcome.out;
@@ -253,19 +267,18 @@ TEST_F(KilnTune, MixedSearchCombinesTheSignificantGains) {
     EXPECT_EQ(t.status, TrialStatus::kOk) << t.route << ": " << t.message;
     if (t.phase == 2) {
       ++phaseTwo;
-      EXPECT_EQ(t.route, "-test.delay_a=off -test.delay_b=off");
+      EXPECT_EQ(t.route, kDelaysOff);
     }
   }
   EXPECT_EQ(phaseTwo, 1);
-  EXPECT_NE(outcome.out.find("winner: -test.delay_a=off -test.delay_b=off"), std::string::npos)
-      << outcome.out;
+  EXPECT_NE(outcome.out.find("winner: " + kDelaysOff), std::string::npos) << outcome.out;
 
   // The engine, its manifest and the report agree with the store.
   const auto header = headerOf(dir_ / "tune.db");
   ASSERT_TRUE(header.count("decision"));
-  EXPECT_EQ(json::parse(header.at("decision")).at("winner"), "-test.delay_a=off -test.delay_b=off");
+  EXPECT_EQ(json::parse(header.at("decision")).at("winner"), kDelaysOff);
   const json manifest = json::parse(kiln::readFileBytes(dir_ / "best.manifest.json").value());
-  EXPECT_EQ(manifest.at("route"), "-test.delay_a=off -test.delay_b=off");
+  EXPECT_EQ(manifest.at("route"), kDelaysOff);
   EXPECT_EQ(manifest.at("model").at("hash"), header.at("model_hash"));
   const std::string engineBytes = kiln::readFileBytes(dir_ / "best.kiln").value();
   EXPECT_EQ(manifest.at("engine").at("hash"), "fnv1a64:" + kiln::knobs::stableHash(engineBytes));
@@ -285,13 +298,20 @@ TEST_F(KilnTune, MixedSearchCombinesTheSignificantGains) {
 
 TEST_F(KilnTune, KillNineAtSeveralPointsThenContinueLosesAndRepeatsNothing) {
   const std::vector<std::string> args = {
-      "tune",         sample(),
-      "--tune",       "-test.delay_a=* -test.delay_b=* -cpu.conv.algo=[auto|direct]",
-      "--search",     "mixed",
-      "--cache",      "tune.db",
-      "--warmUp",     "0",
-      "--iterations", "30",
-      "--duration",   "0.05"};
+      "tune",
+      sample(),
+      "--tune",
+      "-test.delay_a=* -test.delay_b=* -cpu.conv.algo=[auto|direct]" KILN_NATIVE_NCHW_CONV,
+      "--search",
+      "mixed",
+      "--cache",
+      "tune.db",
+      "--warmUp",
+      "0",
+      "--iterations",
+      "30",
+      "--duration",
+      "0.05"};
   const fs::path cache = dir_ / "tune.db";
   // Kill points: during the first trial, after two, during phase two (4 recorded), and in the
   // finalist round (all 5 recorded).
@@ -321,18 +341,18 @@ TEST_F(KilnTune, KillNineAtSeveralPointsThenContinueLosesAndRepeatsNothing) {
   const auto resumed = recorded(cache);
 
   // The same study without interruption.
-  Outcome straight = faulty(
-      fmt::format("tune {} --tune '-test.delay_a=* -test.delay_b=* -cpu.conv.algo=[auto|direct]' "
-                  "--search mixed --cache straight.db {}",
-                  sample(), kQuickTiming));
+  Outcome straight =
+      faulty(fmt::format("tune {} --tune '-test.delay_a=* -test.delay_b=* "
+                         "-cpu.conv.algo=[auto|direct]" KILN_NATIVE_NCHW_CONV "' "
+                         "--search mixed --cache straight.db {}",
+                         sample(), kQuickTiming));
   ASSERT_EQ(straight.exitCode, 0) << straight.err;
   const auto uninterrupted = recorded(dir_ / "straight.db");
   EXPECT_EQ(statusesByRoute(resumed), statusesByRoute(uninterrupted));
   EXPECT_EQ(resumed.size(), uninterrupted.size());  // no trial repeated (routes are unique)
   std::set<std::string> routes;
   for (const auto& t : resumed) EXPECT_TRUE(routes.insert(t.route).second) << t.route;
-  EXPECT_EQ(json::parse(headerOf(cache).at("decision")).at("winner"),
-            "-test.delay_a=off -test.delay_b=off");
+  EXPECT_EQ(json::parse(headerOf(cache).at("decision")).at("winner"), kDelaysOff);
   // A finished run has nothing left to do.
   Outcome again = faulty("tune --continue --cache tune.db");
   EXPECT_EQ(again.exitCode, 0);

@@ -3,6 +3,7 @@
 
 #include <thread>
 
+#include "../unit/cpu_route_util.h"
 #include "graph_sketch.h"
 #include "knob_effects.h"
 
@@ -150,6 +151,7 @@ KILN_KNOB_EFFECT({
     .value = "im2col",
     .shows = "a depthwise Conv runs as im2col+GEMM per group instead of the depthwise kernel",
     .graph = depthwiseConv,
+    .baseRoute = kiln::testing::kNativeNchwRoute,
     .expect =
         [](const BuildSnapshot& base, const BuildSnapshot& changed) {
           EXPECT_EQ(base.layer("conv").tactic, "depthwise");
@@ -163,6 +165,7 @@ KILN_KNOB_EFFECT({
     .value = "direct",
     .shows = "a dense 3x3 Conv runs as the direct loop instead of im2col+GEMM",
     .graph = denseConv,
+    .baseRoute = kiln::testing::kNativeNchwRoute,
     .expect =
         [](const BuildSnapshot& base, const BuildSnapshot& changed) {
           EXPECT_TRUE(base.layer("conv").tactic.starts_with("im2col")) << base.layer("conv").tactic;
@@ -175,6 +178,7 @@ KILN_KNOB_EFFECT({
     .value = "direct",
     .shows = "a 3x3 depthwise Conv runs as the generic direct loop instead of the depthwise kernel",
     .graph = depthwiseConv,
+    .baseRoute = kiln::testing::kNativeNchwRoute,
     .expect =
         [](const BuildSnapshot& base, const BuildSnapshot& changed) {
           EXPECT_EQ(base.layer("conv").tactic, "depthwise");
@@ -197,6 +201,7 @@ KILN_KNOB_EFFECT({
     .shows = "a depthwise Conv on a 1x1 plane runs on the depthwise kernel instead of the direct "
              "loop auto keeps for it",
     .graph = tinyDepthwiseConv,
+    .baseRoute = kiln::testing::kNativeNchwRoute,
     .expect =
         [](const BuildSnapshot& base, const BuildSnapshot& changed) {
           EXPECT_EQ(base.layer("conv").tactic, "direct");
@@ -209,6 +214,7 @@ KILN_KNOB_EFFECT({
     .value = "reference",
     .shows = "a dense 3x3 Conv runs on the reference kernel",
     .graph = denseConv,
+    .baseRoute = kiln::testing::kNativeNchwRoute,
     .expect =
         [](const BuildSnapshot&, const BuildSnapshot& changed) {
           EXPECT_EQ(changed.layer("conv").tactic, "reference");
@@ -229,6 +235,7 @@ KnobEffect implEffect(const ImplCase& c) {
       .value = "reference",
       .shows = std::string(c.op) + " runs on the reference kernel instead of " + c.tactic,
       .graph = c.graph,
+      .baseRoute = kiln::testing::kNativeNchwRoute,
       .expect =
           [op = std::string(c.op), tactic = std::string(c.tactic)](const BuildSnapshot& base,
                                                                    const BuildSnapshot& changed) {

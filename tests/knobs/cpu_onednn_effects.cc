@@ -10,7 +10,8 @@
 namespace kiln::testing {
 namespace {
 
-constexpr const char* kOnednn = "-cpu.conv.source=onednn";
+// The cases below on an NCHW graph (the default layout is NHWC).
+constexpr const char* kNchw = "-graph.layout=nchw";
 
 // x [1, 32, 10, 10] -> Conv 3x3 (pads 1, bias) to 32 channels: a shape every oneDNN algorithm
 // and format has a kernel for.
@@ -24,14 +25,15 @@ ir::Graph conv3x3() {
 
 KILN_KNOB_EFFECT({
     .knob = "cpu.conv.source",
-    .value = "onednn",
-    .shows = "a 3x3 Conv runs a oneDNN primitive (named in the tactic) instead of kiln's im2col",
+    .value = "native",
+    .shows = "a 3x3 Conv runs kiln's im2col instead of a oneDNN primitive (named in the tactic)",
     .graph = conv3x3,
+    .baseRoute = kNchw,
     .expect =
         [](const BuildSnapshot& base, const BuildSnapshot& changed) {
-          EXPECT_TRUE(base.layer("conv").tactic.starts_with("im2col+")) << base.summary();
-          EXPECT_TRUE(changed.layer("conv").tactic.starts_with("onednn.")) << changed.summary();
-          EXPECT_EQ(changed.layer("conv").layout, "nchw");
+          EXPECT_TRUE(base.layer("conv").tactic.starts_with("onednn.")) << base.summary();
+          EXPECT_EQ(base.layer("conv").layout, "nchw");
+          EXPECT_TRUE(changed.layer("conv").tactic.starts_with("im2col+")) << changed.summary();
         },
 });
 
@@ -41,7 +43,7 @@ KILN_KNOB_EFFECT({
     .shows = "the 3x3 stride-1 Conv runs oneDNN's Winograd kernel instead of its direct one, "
              "and its outputs move by Winograd's rounding",
     .graph = conv3x3,
-    .baseRoute = kOnednn,
+    .baseRoute = kNchw,
     .tolerance = 1e-3,
     .expect =
         [](const BuildSnapshot& base, const BuildSnapshot& changed) {
@@ -58,7 +60,7 @@ KILN_KNOB_EFFECT({
     .shows = "in an NCHW graph, the oneDNN primitive reads and writes NCHW itself: no reorders "
              "around it",
     .graph = conv3x3,
-    .baseRoute = kOnednn,
+    .baseRoute = kNchw,
     .expect =
         [](const BuildSnapshot& base, const BuildSnapshot& changed) {
           EXPECT_TRUE(base.layer("conv").tactic.ends_with(".via_nhwc")) << base.summary();
@@ -81,7 +83,7 @@ KILN_KNOB_EFFECT({
               {{"pads", ints({1, 1, 1, 1})}, {"group", ir::Attribute{int64_t{2}}}}, "conv"));
           return g.take();
         },
-    .baseRoute = "-cpu.conv.source=onednn -graph.layout=nhwc",
+    .baseRoute = "",  // the defaults: oneDNN convolutions in an NHWC graph
     .expect =
         [](const BuildSnapshot& base, const BuildSnapshot& changed) {
           EXPECT_EQ(base.layer("conv").layout, "nhwc") << base.summary();
@@ -108,7 +110,7 @@ KILN_KNOB_EFFECT({
           g.output(g.node("Relu", {sum}, {}, "relu"));
           return g.take();
         },
-    .baseRoute = kOnednn,
+    .baseRoute = kNchw,
     .expect =
         [](const BuildSnapshot& base, const BuildSnapshot& changed) {
           EXPECT_EQ(base.layer("conv").op, "kiln.FusedConv") << base.summary();

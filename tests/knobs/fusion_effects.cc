@@ -1,6 +1,7 @@
 // Effects of the fusion.* knobs (and graph.fold_batchnorm, which fusion depends on).
 #include <gtest/gtest.h>
 
+#include "../unit/cpu_route_util.h"
 #include "graph_sketch.h"
 #include "knob_effects.h"
 
@@ -46,6 +47,7 @@ KILN_KNOB_EFFECT({
     .value = "off",
     .shows = "Conv + Relu stay two layers instead of one FusedConv",
     .graph = convRelu,
+    .baseRoute = kiln::testing::kNativeNchwRoute,
     .expect =
         [](const BuildSnapshot& base, const BuildSnapshot& changed) {
           EXPECT_EQ(base.layer("conv").op, "kiln.FusedConv");
@@ -67,7 +69,7 @@ KILN_KNOB_EFFECT({
           g.output(g.node("Relu", {sum}, {}, "relu"));
           return g.take();
         },
-    .baseRoute = "-fusion.eltwise_chain=off",
+    .baseRoute = kiln::testing::nativeNchwRoute("-fusion.eltwise_chain=off"),
     .expect =
         [](const BuildSnapshot& base, const BuildSnapshot& changed) {
           EXPECT_EQ(base.layers.size(), 1u) << base.summary();

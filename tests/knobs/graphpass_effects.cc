@@ -4,6 +4,7 @@
 // its pass removes as layers of their own.
 #include <gtest/gtest.h>
 
+#include "../unit/cpu_route_util.h"
 #include "graph_sketch.h"
 #include "kiln/ir/shape_inference.h"
 #include "kiln/passes/passes.h"
@@ -99,6 +100,7 @@ KILN_KNOB_EFFECT({
                           "conv"));
           return g.take();
         },
+    .baseRoute = kiln::testing::kNativeNchwRoute,
     .expect =
         [](const BuildSnapshot& base, const BuildSnapshot& changed) {
           EXPECT_EQ(base.layers.size(), 1u) << base.summary();
@@ -124,7 +126,7 @@ KILN_KNOB_EFFECT({
           return g.take();
         },
     // Elementwise chains would otherwise become one FusedElementwise either way.
-    .baseRoute = "-fusion.eltwise_chain=off",
+    .baseRoute = kiln::testing::nativeNchwRoute("-fusion.eltwise_chain=off"),
     .expect =
         [](const BuildSnapshot& base, const BuildSnapshot& changed) {
           EXPECT_EQ(base.layers.size(), 1u) << base.summary();

@@ -324,7 +324,7 @@ const ConvCase& caseNamed(const std::string& name) {
   return convCases()[0];
 }
 
-TEST(OnednnTactics, NativeUnlessTheRouteAsksForOnednnPerNode) {
+TEST(OnednnTactics, OnednnByDefaultNativeWhereTheRouteAsksPerNode) {
   const GraphFactory make = [] {
     GraphSketch g;
     auto a = g.node("Conv", {g.input("x", {1, 16, 8, 8}), g.weight("wa", {16, 16, 3, 3})},
@@ -334,14 +334,14 @@ TEST(OnednnTactics, NativeUnlessTheRouteAsksForOnednnPerNode) {
   };
   const std::vector<Tensor> inputs = randomInputs(make(), 4);
   const std::vector<Tensor> expected = runReference(make, inputs);
-  const CpuRun native = runCpu(make, "", inputs);
+  const CpuRun native = runCpu(make, "-graph.layout=nchw -cpu.conv.source=native", inputs);
   EXPECT_FALSE(native.tactic("a").starts_with("onednn.")) << native.tactic("a");
   EXPECT_FALSE(native.tactic("b").starts_with("onednn.")) << native.tactic("b");
-  const CpuRun both = runCpu(make, "-cpu.conv.source=onednn", inputs);
+  const CpuRun both = runCpu(make, "-graph.layout=nchw", inputs);
   EXPECT_TRUE(both.tactic("a").starts_with("onednn.")) << both.tactic("a");
   EXPECT_TRUE(both.tactic("b").starts_with("onednn.")) << both.tactic("b");
   expectClose(both.outputs, expected);
-  const CpuRun one = runCpu(make, "-cpu.conv.source@a=onednn", inputs);
+  const CpuRun one = runCpu(make, "-graph.layout=nchw -cpu.conv.source@b=native", inputs);
   EXPECT_TRUE(one.tactic("a").starts_with("onednn.")) << one.tactic("a");
   EXPECT_EQ(one.tactic("b"), native.tactic("b"));
   expectClose(one.outputs, expected);
@@ -349,15 +349,15 @@ TEST(OnednnTactics, NativeUnlessTheRouteAsksForOnednnPerNode) {
 
 TEST(OnednnTactics, NchwGraphsReorderToBlockedByDefaultPlainReadsNchw) {
   const GraphFactory make = convGraph(caseNamed("3x3_same"));
-  const std::string blocked = tacticOf(make, "-cpu.conv.source=onednn");
+  const std::string blocked = tacticOf(make, "-graph.layout=nchw");
   EXPECT_TRUE(blocked.ends_with(".via_nhwc")) << blocked;  // brgconv's f32 format on AVX-512
-  const std::string plain = tacticOf(make, "-cpu.conv.source=onednn -cpu.onednn.layout=plain");
+  const std::string plain = tacticOf(make, "-graph.layout=nchw -cpu.onednn.layout=plain");
   EXPECT_TRUE(plain.starts_with("onednn.")) << plain;
   EXPECT_EQ(plain.find(".via_"), std::string::npos) << plain;
 }
 
 TEST(OnednnTactics, WinogradWhereOnednnHasItDirectElsewhere) {
-  const std::string route = "-cpu.conv.source=onednn -cpu.onednn.conv_algo=winograd";
+  const std::string route = "-graph.layout=nchw -cpu.onednn.conv_algo=winograd";
   // 3x3, stride 1, 32 -> 48 channels: oneDNN's AVX-512 Winograd kernels take it.
   const std::string dense = tacticOf(convGraph(caseNamed("3x3_same")), route);
   EXPECT_NE(dense.find("wino"), std::string::npos) << dense;
@@ -389,7 +389,7 @@ TEST(OnednnTactics, NhwcGraphsReadAndWriteNhwcWithoutReordersByDefault) {
       EXPECT_TRUE(plain.starts_with("onednn.")) << name << ": " << plain;
       EXPECT_EQ(plain.find(".via_"), std::string::npos) << name << ": " << plain;
     }
-    const std::string native = tacticOf(make, "-graph.layout=nhwc");
+    const std::string native = tacticOf(make, "-graph.layout=nhwc -cpu.conv.source=native");
     EXPECT_TRUE(native.starts_with("nhwc.")) << name << ": " << native;
   }
   // oneDNN's own choice for a grouped convolution is channel blocks, reordered to and from.

@@ -17,6 +17,7 @@
 #include "kiln/reference/executor.h"
 // After op_schema.h, which it needs.
 #include "../knobs/graph_sketch.h"
+#include "cpu_route_util.h"
 
 namespace kiln::testing {
 namespace {
@@ -73,7 +74,7 @@ CpuRun runCpu(const GraphFactory& make, const std::string& route,
               const std::vector<Tensor>& inputs) {
   CpuRun run;
   BuilderConfig config;
-  Status routed = config.setBuildRoute(route);
+  Status routed = config.setBuildRoute(kiln::testing::nativeNchwRoute(route));
   EXPECT_TRUE(routed.isOk()) << routed.toString();
   auto build = buildCpu(make(), config);
   EXPECT_TRUE(build.isOk()) << build.status().toString();

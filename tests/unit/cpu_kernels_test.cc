@@ -6,6 +6,7 @@
 #include <cmath>
 #include <random>
 
+#include "cpu_route_util.h"
 #include "kiln/engine/builder.h"
 #include "op_test_util.h"
 
@@ -32,7 +33,7 @@ PlanRun buildAndRun(const std::string& route, const std::string& opType,
                     const std::vector<OpInput>& inputs, const Attributes& attributes, int opset,
                     int outputCount) {
   BuilderConfig config;
-  Status routed = config.setBuildRoute(route);
+  Status routed = config.setBuildRoute(kiln::testing::nativeNchwRoute(route));
   EXPECT_TRUE(routed.isOk()) << routed.toString();
   auto build = buildCpu(makeSingleOpGraph(opType, inputs, attributes, opset, outputCount), config);
   EXPECT_TRUE(build.isOk()) << build.status().toString();

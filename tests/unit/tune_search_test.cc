@@ -56,7 +56,7 @@ TEST(TuneSearch, KnobsUsedHereAreDeclaredAsAssumed) {
   expectKnob("fusion.conv_act", "on", "off|on");
   expectKnob("cpu.conv.algo", "auto", "auto|im2col|direct|pointwise|depthwise|reference");
   expectKnob("cpu.gemm.kc", "256", "128|256|384|512");
-  expectKnob("graph.layout", "nchw", "nchw|nhwc");
+  expectKnob("graph.layout", "nhwc", "nchw|nhwc");
   ASSERT_NE(registry.find("cpu.threads"), nullptr);
   EXPECT_EQ(registry.find("cpu.threads")->defaultValue, "0");
   EXPECT_TRUE(registry.find("fusion.conv_act")->perNode);
@@ -123,10 +123,10 @@ TEST(TuneSearch, FastAxisWithoutItsBaselineValueAddsEveryValue) {
   // cpu.conv.algo's default (auto) is not listed: both values are changes, 1 + 2.
   EXPECT_EQ(firstPhase("-cpu.conv.algo=[im2col|direct]", SearchMode::kFast),
             (std::vector<std::string>{"", "-cpu.conv.algo=im2col", "-cpu.conv.algo=direct"}));
-  // A pinned value moves the baseline: with graph.layout pinned to nhwc, cpu.gemm.kc=[128|256]
+  // A pinned value moves the baseline: with graph.layout pinned to nchw, cpu.gemm.kc=[128|256]
   // still has its default 256 as baseline, so 1 + 1.
-  const std::string pin = "-graph.layout=nhwc";
-  EXPECT_EQ(firstPhase("-graph.layout=nhwc -cpu.gemm.kc=[128|256] -cpu.conv.algo=[im2col|direct]",
+  const std::string pin = "-graph.layout=nchw";
+  EXPECT_EQ(firstPhase("-graph.layout=nchw -cpu.gemm.kc=[128|256] -cpu.conv.algo=[im2col|direct]",
                        SearchMode::kFast),
             (std::vector<std::string>{pin, text({pin, "-cpu.gemm.kc=128"}),
                                       text({pin, "-cpu.conv.algo=im2col"}),
@@ -145,7 +145,7 @@ TEST(TuneSearch, FastPerNodeAxesCountLikeOthers) {
       firstPhase("-fusion.conv_act@conv*=[on|off] -graph.layout=[nchw|nhwc] -cpu.threads=[0..2]",
                  SearchMode::kFast);
   EXPECT_EQ(routes,
-            (std::vector<std::string>{"", "-fusion.conv_act@conv*=off", "-graph.layout=nhwc",
+            (std::vector<std::string>{"", "-fusion.conv_act@conv*=off", "-graph.layout=nchw",
                                       "-cpu.threads=1", "-cpu.threads=2"}));
   // The same knob per node and globally are two axes.
   const std::vector<std::string> both =
@@ -239,8 +239,8 @@ TEST(TuneSearch, FullPerNodeAxisAtItsBaselineValueIsTheBaselineRoute) {
   EXPECT_EQ(routes.size(), 2u * 2u);
   expectDistinct(routes);
   EXPECT_EQ(std::set<std::string>(routes.begin(), routes.end()),
-            (std::set<std::string>{"", "-graph.layout=nhwc", "-fusion.conv_act@conv*=off",
-                                   "-fusion.conv_act@conv*=off -graph.layout=nhwc"}));
+            (std::set<std::string>{"", "-graph.layout=nchw", "-fusion.conv_act@conv*=off",
+                                   "-fusion.conv_act@conv*=off -graph.layout=nchw"}));
 }
 
 // ---- mixed: the second phase ----------------------------------------------------------------
@@ -310,11 +310,11 @@ TEST(TuneSearch, SecondPhaseKeepsThePinnedSettings) {
   const knobs::RouteExpression expression =
       parse("-cpu.threads=1 -graph.layout=[nchw|nhwc] -cpu.gemm.kc=[256|512]");
   const auto records = numbered({okRecord("-cpu.threads=1", kBase),
-                                 okRecord("-cpu.threads=1 -graph.layout=nhwc", kGain),
+                                 okRecord("-cpu.threads=1 -graph.layout=nchw", kGain),
                                  okRecord("-cpu.gemm.kc=512 -cpu.threads=1", kGain)});
   const SecondPhase plan = planSecondPhase(expression, records);
   EXPECT_EQ(plan.routes,
-            (std::vector<std::string>{"-cpu.gemm.kc=512 -cpu.threads=1 -graph.layout=nhwc"}));
+            (std::vector<std::string>{"-cpu.gemm.kc=512 -cpu.threads=1 -graph.layout=nchw"}));
   EXPECT_TRUE(plan.note.empty()) << plan.note;
 }
 
@@ -322,12 +322,12 @@ TEST(TuneSearch, PerNodeAxesCombineLikeOthers) {
   const knobs::RouteExpression expression =
       parse("-fusion.conv_act@conv*=[on|off] -graph.layout=[nchw|nhwc]");
   const auto records = numbered({okRecord("", kBase), okRecord("-fusion.conv_act@conv*=off", kGain),
-                                 okRecord("-graph.layout=nhwc", kGain)});
+                                 okRecord("-graph.layout=nchw", kGain)});
   const SecondPhase plan = planSecondPhase(expression, records);
   EXPECT_EQ(plan.routes,
-            (std::vector<std::string>{"-fusion.conv_act@conv*=off -graph.layout=nhwc"}));
+            (std::vector<std::string>{"-fusion.conv_act@conv*=off -graph.layout=nchw"}));
   EXPECT_EQ(plan.knobs, (std::vector<std::string>{"fusion.conv_act@conv*=[on|off]",
-                                                  "graph.layout=[nchw|nhwc]"}));
+                                                  "graph.layout=[nhwc|nchw]"}));
 }
 
 // Four axes; three have significant values (cpu.conv.algo two of them), the rest do not: a
@@ -346,7 +346,7 @@ std::vector<TrialRecord> fourAxesPhaseOne() {
       okRecord("-cpu.gemm.kc=128", kSame),
       failedRecord("-cpu.gemm.kc=384", TrialStatus::kAccuracyFail, 5.0),  // fast, but wrong
       okRecord("-cpu.gemm.kc=512", kGain),
-      failedRecord("-graph.layout=nhwc", TrialStatus::kCrash),
+      failedRecord("-graph.layout=nchw", TrialStatus::kCrash),
   });
 }
 

@@ -33,7 +33,11 @@ const knobs::Knob kLayout = knobs::declareKnob({
     .name = "graph.layout",
     .kind = knobs::KnobKind::kEnum,
     .choices = {"nchw", "nhwc"},
-    .defaultValue = "nchw",
+    // NHWC by default: oneDNN's fastest convolutions read and write channels-last (in an NCHW
+    // graph every oneDNN convolution reorders in and out), and kiln's NHWC kernels are on par
+    // with its NCHW ones. 2026-12-03, bench/cpu/vs_ort.sh: mobilenet_v3_small 2 threads
+    // 3.32 -> 1.39 ms, squeezenet1_1 7.97 -> 4.73 (with cpu.conv.source=onednn).
+    .defaultValue = "nhwc",
     .help = "layout of 4-D float32 convolutions and pools on the CPU: ONNX's NCHW, or NHWC "
             "(channels last; elementwise ops and channel Concats between them follow, transposes "
             "only at the edges)",
