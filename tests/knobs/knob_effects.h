@@ -36,8 +36,9 @@ struct BuildSnapshot {
   std::vector<Layer> layers;
   int64_t arenaBytes = 0;
   int threads = 0;
-  int spinMicros = 0;               // cpu: how long the plan's threads spin before they sleep
-  std::string execution;            // cuda: "graph" (CUDA graph replay allowed) or "steps"
+  int spinMicros = 0;      // cpu: how long the plan's threads spin before they sleep
+  std::string workerCpus;  // cpu: the CPUs the pool's workers are bound to ("1,0"), "" if none
+  std::string execution;   // cuda: "graph" (CUDA graph replay allowed) or "steps"
   std::vector<ir::Tensor> outputs;  // empty for cuda builds where no GPU is present
 
   // Layers of op `op` (exact, domain-prefixed for kiln's ops).

@@ -52,7 +52,8 @@ const BuildSnapshot::Layer& BuildSnapshot::layer(const std::string& name) const 
 std::string BuildSnapshot::summary() const {
   std::string text = "threads " + std::to_string(threads) + ", spin " + std::to_string(spinMicros) +
                      " us, arena " + std::to_string(arenaBytes) + " bytes" +
-                     (execution.empty() ? "" : ", execution " + execution) + "\n";
+                     (execution.empty() ? "" : ", execution " + execution) +
+                     (workerCpus.empty() ? "" : ", workers on cpus " + workerCpus) + "\n";
   for (const Layer& l : layers) {
     text += "  " + l.name + ": " + l.op + " [" + l.tactic + ", " + l.layout + ", " + l.precision +
             "]" + (l.detail.empty() ? "" : " (" + l.detail + ")") + "\n";
@@ -114,6 +115,9 @@ Result<BuildSnapshot> snapshot(const KnobEffect& effect, const std::string& rout
   shot.arenaBytes = build.plan.arenaBytes();
   shot.threads = build.plan.threads();
   shot.spinMicros = build.plan.spinMicros();
+  for (int cpu : build.plan.workerCpus()) {
+    shot.workerCpus += (shot.workerCpus.empty() ? "" : ",") + std::to_string(cpu);
+  }
   KILN_ASSIGN_OR_RETURN(shot.outputs, build.plan.run(inputs));
   return shot;
 }

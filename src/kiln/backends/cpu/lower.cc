@@ -39,6 +39,16 @@ const knobs::Knob kSpin = knobs::declareKnob({
     .backends = {"cpu"},
 });
 
+const knobs::Knob kAffinity = knobs::declareKnob({
+    .name = "cpu.threads.affinity",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"off", "on"},
+    .defaultValue = "off",
+    .help = "off: the plan's pool workers run wherever the OS schedules them; on: each pool worker "
+            "is bound to its own CPU among those the process may use (the calling thread is not)",
+    .backends = {"cpu"},
+});
+
 const knobs::Knob kAliasReshapes = knobs::declareKnob({
     .name = "cpu.memory.alias_reshapes",
     .kind = knobs::KnobKind::kBool,
@@ -100,7 +110,9 @@ bool isAlias(const ir::Node& node, const knobs::Route& route) {
 // elementwise kernels below (they take no __restrict pointers). -1: none.
 int inPlaceInput(const Step& step) {
   static const std::set<std::string> kElementwiseTactics = {"fast.unary", "fast.binary_broadcast"};
-  if (!kElementwiseTactics.count(step.tactic)) return -1;
+  // cpu.eltwise.grain adds ".g<elements>" to the tactic; the kernel is the same.
+  const std::string tactic = step.tactic.substr(0, step.tactic.find(".g"));
+  if (!kElementwiseTactics.count(tactic)) return -1;
   const ir::Value* output = step.node->outputs[0];
   for (size_t i = 0; i < step.node->inputs.size(); ++i) {
     const ir::Value* input = step.node->inputs[i];
@@ -121,7 +133,8 @@ Result<Plan> lowerToCpu(std::shared_ptr<const ir::Graph> graph, const knobs::Rou
   plan.threads_ = threads > 0 ? static_cast<int>(threads)
                               : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   plan.spinMicros_ = static_cast<int>(route.intValue(kSpin));
-  plan.pool_ = std::make_unique<ThreadPool>(plan.threads_, plan.spinMicros_);
+  plan.pool_ =
+      std::make_unique<ThreadPool>(plan.threads_, plan.spinMicros_, route.value(kAffinity) == "on");
   for (const auto& value : graph->values()) {
     if (!value->hasType) {
       return internalError("value '{}' has no type: lower only shape-inferred graphs", value->name);

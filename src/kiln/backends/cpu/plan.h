@@ -75,6 +75,8 @@ class Plan {
   int64_t arenaBytes() const { return arenaBytes_; }
   int threads() const { return threads_; }
   int spinMicros() const { return spinMicros_; }  // cpu.threads.spin_us
+  // cpu.threads.affinity: the CPU each pool worker is bound to (empty: none bound).
+  const std::vector<int>& workerCpus() const { return pool_->workerCpus(); }
   const ir::Graph& graph() const { return *graph_; }
 
  private:

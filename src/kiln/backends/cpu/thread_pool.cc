@@ -1,5 +1,8 @@
 #include "kiln/backends/cpu/thread_pool.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 
@@ -9,8 +12,39 @@
 
 namespace kiln::cpu {
 
-ThreadPool::ThreadPool(int threads, int spinMicros) : spinMicros_(std::max(spinMicros, 0)) {
+namespace {
+
+// The CPUs this process may run on, ascending (empty if the kernel would not say).
+std::vector<int> allowedCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return {};
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  return cpus;
+}
+
+}  // namespace
+
+ThreadPool::ThreadPool(int threads, int spinMicros, bool pinWorkers)
+    : spinMicros_(std::max(spinMicros, 0)) {
   for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { workerLoop(); });
+  if (!pinWorkers || workers_.empty()) return;
+  const std::vector<int> cpus = allowedCpus();
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    int bound = -1;
+    if (!cpus.empty()) {
+      // Worker i takes the (i+1)-th allowed CPU, leaving the first to the caller's scheduler.
+      const int cpu = cpus[(i + 1) % cpus.size()];
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(cpu, &set);
+      if (pthread_setaffinity_np(workers_[i].native_handle(), sizeof(set), &set) == 0) bound = cpu;
+    }
+    workerCpus_.push_back(bound);
+  }
 }
 
 template <typename Ready>

@@ -6,6 +6,10 @@
 // workers finish. A wake-up through the condition variable costs tens of microseconds on a
 // virtual machine, which small layers pay on every parallelFor without the spin.
 //
+// With `pinWorkers` (cpu.threads.affinity=on), worker i (1 <= i < threads) is bound to one CPU:
+// the i-th of the process's allowed CPUs (sched_getaffinity), wrapping round when there are more
+// workers than CPUs. The calling thread is never pinned: it belongs to the application.
+//
 //   context.pool().parallelFor(rows, /*grain=*/16, [&](int64_t begin, int64_t end) {
 //     for (int64_t r = begin; r < end; ++r) normalizeRow(r);
 //   });
@@ -24,12 +28,16 @@ namespace kiln::cpu {
 class ThreadPool {
  public:
   // `threads` >= 1 counts the caller: a pool of 1 starts no worker and runs everything inline.
-  explicit ThreadPool(int threads, int spinMicros = 0);
+  explicit ThreadPool(int threads, int spinMicros = 0, bool pinWorkers = false);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // The CPU each worker was bound to, in worker order (empty without pinWorkers; a worker whose
+  // pthread_setaffinity_np failed is left unbound and listed as -1).
+  const std::vector<int>& workerCpus() const { return workerCpus_; }
 
   // Calls fn(begin, end) over disjoint ranges covering [0, count), each at least `grain` long
   // (except the last), on up to size() threads; returns when all have run. Ranges are contiguous
@@ -51,6 +59,7 @@ class ThreadPool {
 
   const int spinMicros_;
   std::vector<std::thread> workers_;
+  std::vector<int> workerCpus_;
   std::mutex mutex_;
   std::condition_variable wake_;
   std::condition_variable done_;

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <string>
 
 #include "kiln/backends/cpu/kernels/fast_math.h"
 #include "kiln/backends/cpu/kernels/steps.h"
@@ -32,6 +33,36 @@ const knobs::Knob kEltwiseImpl = knobs::declareKnob({
     .backends = {"cpu"},
     .perNode = true,
 });
+
+// Elements a chunk of a parallel loop holds at least, for ops of about one vectorised
+// instruction an element: 256K is about 50 us (a vectorised Add runs at 0.1-0.2 ns an element),
+// well above what handing work to another thread costs (8 us median, 16 us p90, measured on the
+// 2-core development machine), so smaller tensors stay on the calling thread. Ops that evaluate
+// exp, tanh, erf or pow per element take a quarter of it. Not file-local: fused_eltwise.cc
+// scales its grain by it. 2026-12-03, convnext_mini at 2 threads, its elementwise layers summed
+// (three 2 s runs, shared machine): 16384 0.58-0.69 ms, 65536 0.48-0.58, 262144 0.23-0.27,
+// 1048576 0.23-0.24.
+constexpr const char* kDefaultGrain = "262144";
+extern const knobs::Knob kEltwiseGrain;
+const knobs::Knob kEltwiseGrain = knobs::declareKnob({
+    .name = "cpu.eltwise.grain",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"16384", "65536", "262144", "1048576"},
+    .defaultValue = kDefaultGrain,
+    .help = "16384: elementwise kernels split work over threads in chunks of at least 16K cheap "
+            "elements (4K for exp/tanh/erf/pow-like ops, scaled by cost in FusedElementwise); "
+            "65536: chunks of at least 64K; 262144: chunks of at least 256K; 1048576: chunks of "
+            "at least 1M, so tensors below that stay on the calling thread",
+    .backends = {"cpu"},
+    .perNode = true,
+});
+
+// The node's cpu.eltwise.grain, and the tactic suffix that names it ("" for the default).
+int64_t eltwiseGrainFor(const ir::Node& node, const knobs::Route& route, std::string* suffix) {
+  const std::string value = route.value(kEltwiseGrain, &node);
+  if (suffix) *suffix = value == kDefaultGrain ? "" : ".g" + value;
+  return std::stoll(value);
+}
 
 namespace {
 
@@ -53,13 +84,9 @@ enum class UnaryOp {
   kClip
 };
 
-// Elements a chunk of a parallel loop holds at least: 256K cheap vectorised element-ops, about
-// 50 us (a vectorised Add runs at 0.1-0.2 ns an element), well above what handing work to
-// another thread costs (8 us median, 16 us p90, measured on the 2-core development machine).
-// Smaller tensors stay on the calling thread.
-constexpr int64_t kCheapGrain = int64_t{1} << 18;
-// The same for ops that evaluate exp, tanh, erf or pow per element: several times the work.
-constexpr int64_t kCostlyGrain = kCheapGrain / 4;
+// A costly op's grain (exp, tanh, erf, pow per element: several times the work) from the cheap
+// ops' one (cpu.eltwise.grain).
+constexpr int64_t costlyGrain(int64_t cheapGrain) { return std::max<int64_t>(1, cheapGrain / 4); }
 
 bool isCostly(UnaryOp op) {
   switch (op) {
@@ -136,13 +163,16 @@ KILN_ELTWISE_CLONES void unaryRange(UnaryOp op, const float* x, float* y, int64_
 
 class UnaryStep : public Step {
  public:
-  UnaryStep(UnaryOp op, float alpha, float beta) : op_(op), alpha_(alpha), beta_(beta) {}
+  UnaryStep(UnaryOp op, float alpha, float beta, int64_t cheapGrain)
+      : op_(op),
+        alpha_(alpha),
+        beta_(beta),
+        grain_(isCostly(op) ? costlyGrain(cheapGrain) : cheapGrain) {}
 
   Status run(const ExecutionContext& context) const override {
     const float* x = context.data<float>(*inputs[0]);
     float* y = context.data<float>(*outputs[0]);
-    context.pool().parallelFor(outputs[0]->shape.elementCount(),
-                               isCostly(op_) ? kCostlyGrain : kCheapGrain,
+    context.pool().parallelFor(outputs[0]->shape.elementCount(), grain_,
                                [&](int64_t begin, int64_t end) {
                                  unaryRange(op_, x + begin, y + begin, end - begin, alpha_, beta_);
                                });
@@ -152,6 +182,7 @@ class UnaryStep : public Step {
  private:
   UnaryOp op_;
   float alpha_, beta_;
+  int64_t grain_;
 };
 
 enum class BinaryOp { kAdd, kSub, kMul, kDiv, kSquare, kSqrt, kPow };
@@ -247,8 +278,9 @@ BroadcastWalk planBroadcast(const ir::Shape& a, const ir::Shape& b, const ir::Sh
 
 class BinaryStep : public Step {
  public:
-  BinaryStep(BinaryOp op, BroadcastWalk walk)
-      : walk_(std::move(walk)), grain_(op == BinaryOp::kPow ? kCostlyGrain : kCheapGrain) {
+  BinaryStep(BinaryOp op, BroadcastWalk walk, int64_t cheapGrain)
+      : walk_(std::move(walk)),
+        grain_(op == BinaryOp::kPow ? costlyGrain(cheapGrain) : cheapGrain) {
     row_ = rowFor(op, walk_.aStrides.back(), walk_.bStrides.back());
   }
 
@@ -302,13 +334,13 @@ class BinaryStep : public Step {
 // ReduceMean over the last axis only: contiguous rows, each summed in double.
 class RowMeanStep : public Step {
  public:
-  RowMeanStep(int64_t rows, int64_t width) : rows_(rows), width_(width) {}
+  RowMeanStep(int64_t rows, int64_t width, int64_t cheapGrain)
+      : rows_(rows), width_(width), grainRows_(std::max<int64_t>(1, cheapGrain / width)) {}
 
   Status run(const ExecutionContext& context) const override {
     const float* x = context.data<float>(*inputs[0]);
     float* y = context.data<float>(*outputs[0]);
-    const int64_t grainRows = std::max<int64_t>(1, kCheapGrain / width_);
-    context.pool().parallelFor(rows_, grainRows, [&](int64_t first, int64_t last) {
+    context.pool().parallelFor(rows_, grainRows_, [&](int64_t first, int64_t last) {
       for (int64_t r = first; r < last; ++r) {
         double sum = 0.0;
         for (int64_t i = 0; i < width_; ++i) sum += x[r * width_ + i];
@@ -319,12 +351,12 @@ class RowMeanStep : public Step {
   }
 
  private:
-  int64_t rows_, width_;
+  int64_t rows_, width_, grainRows_;
 };
 
 bool isFloat32(const ir::Value* v) { return v && v->dtype == ir::DType::kFloat32; }
 
-std::unique_ptr<Step> makeUnary(const ir::Node& node) {
+std::unique_ptr<Step> makeUnary(const ir::Node& node, int64_t grain) {
   struct Entry {
     const char* name;
     UnaryOp op;
@@ -365,7 +397,7 @@ std::unique_ptr<Step> makeUnary(const ir::Node& node) {
         return nullptr;
       }
     }
-    return std::make_unique<UnaryStep>(op, alpha, beta);
+    return std::make_unique<UnaryStep>(op, alpha, beta, grain);
   }
   // Clip (opset 11+) with constant or absent bounds; the reference takes runtime bounds.
   if (node.opType == "Clip" && node.opsetVersion >= 11) {
@@ -378,12 +410,12 @@ std::unique_ptr<Step> makeUnary(const ir::Node& node) {
       }
       bounds[i - 1] = bound->constant->data<float>()[0];
     }
-    return std::make_unique<UnaryStep>(UnaryOp::kClip, bounds[0], bounds[1]);
+    return std::make_unique<UnaryStep>(UnaryOp::kClip, bounds[0], bounds[1], grain);
   }
   return nullptr;
 }
 
-std::unique_ptr<Step> makeBinary(const ir::Node& node) {
+std::unique_ptr<Step> makeBinary(const ir::Node& node, int64_t grain) {
   BinaryOp op;
   if (node.opType == "Add") {
     op = BinaryOp::kAdd;
@@ -408,12 +440,11 @@ std::unique_ptr<Step> makeBinary(const ir::Node& node) {
     if (e == 2.0f) op = BinaryOp::kSquare;
     if (e == 0.5f) op = BinaryOp::kSqrt;
   }
-  auto step =
-      std::make_unique<BinaryStep>(op, planBroadcast(a->shape, b->shape, node.outputs[0]->shape));
-  return step;
+  return std::make_unique<BinaryStep>(op, planBroadcast(a->shape, b->shape, node.outputs[0]->shape),
+                                      grain);
 }
 
-std::unique_ptr<Step> makeRowMean(const ir::Node& node) {
+std::unique_ptr<Step> makeRowMean(const ir::Node& node, int64_t grain) {
   if (node.opType != "ReduceMean") return nullptr;
   const ir::Value* x = node.inputs[0];
   const int64_t rank = static_cast<int64_t>(x->shape.rank());
@@ -433,7 +464,7 @@ std::unique_ptr<Step> makeRowMean(const ir::Node& node) {
   if (axes.size() != 1 || (axes[0] != -1 && axes[0] != rank - 1)) return nullptr;
   const int64_t width = x->shape[static_cast<size_t>(rank - 1)];
   if (width == 0) return nullptr;
-  return std::make_unique<RowMeanStep>(x->shape.elementCount() / width, width);
+  return std::make_unique<RowMeanStep>(x->shape.elementCount() / width, width, grain);
 }
 
 }  // namespace
@@ -442,13 +473,15 @@ std::unique_ptr<Step> makeEltwiseStep(const ir::Node& node, const knobs::Route& 
   if (!node.domain.empty() || node.inputs.empty() || node.outputs.empty()) return nullptr;
   if (!isFloat32(node.inputs[0]) || !isFloat32(node.outputs[0])) return nullptr;
   if (route.value(kEltwiseImpl, &node) != "fast") return nullptr;
-  std::unique_ptr<Step> step = makeUnary(node);
+  std::string suffix;
+  const int64_t grain = eltwiseGrainFor(node, route, &suffix);
+  std::unique_ptr<Step> step = makeUnary(node, grain);
   if (step) {
-    step->tactic = "fast.unary";
-  } else if ((step = makeBinary(node))) {
-    step->tactic = "fast.binary_broadcast";
-  } else if ((step = makeRowMean(node))) {
-    step->tactic = "fast.reduce_mean_rows";
+    step->tactic = "fast.unary" + suffix;
+  } else if ((step = makeBinary(node, grain))) {
+    step->tactic = "fast.binary_broadcast" + suffix;
+  } else if ((step = makeRowMean(node, grain))) {
+    step->tactic = "fast.reduce_mean_rows" + suffix;
   }
   return step;
 }

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <numbers>
+#include <string>
 
 #include "kiln/backends/cpu/kernels/fast_math.h"
 #include "kiln/backends/cpu/kernels/steps.h"
@@ -26,6 +27,8 @@ namespace kiln::cpu {
 
 // Declared in eltwise.cc: the fused kernel belongs to the elementwise family and its knob.
 extern const knobs::Knob kEltwiseImpl;
+// Also eltwise.cc's: cpu.eltwise.grain (elements per chunk of cheap ops) and its tactic suffix.
+int64_t eltwiseGrainFor(const ir::Node& node, const knobs::Route& route, std::string* suffix);
 
 namespace {
 
@@ -368,12 +371,15 @@ std::unique_ptr<Step> makeFusedEltwiseStep(const ir::Node& node, const knobs::Ro
   }
   // A chunk should hold about 1M cost units, some 50 us (a unit is about 0.05 ns: Mul then Add
   // with three streams, cost 6, ran at 0.3 ns an element), well above what waking a worker
-  // costs (8 us median), so small tensors stay on one thread.
-  const int64_t grainElements = std::max<int64_t>(kBlock, (int64_t{1} << 20) / cost);
+  // costs (8 us median), so small tensors stay on one thread. That is four units an element of
+  // cpu.eltwise.grain (default 256K elements).
+  std::string suffix;
+  const int64_t grainUnits = 4 * eltwiseGrainFor(node, route, &suffix);
+  const int64_t grainElements = std::max<int64_t>(kBlock, grainUnits / cost);
   auto step =
       std::make_unique<FusedEltwiseStep>(std::move(kernelProgram), std::move(inputPlans), registers,
                                          buffers, (grainElements + kBlock - 1) / kBlock);
-  step->tactic = "fast.fused_eltwise";
+  step->tactic = "fast.fused_eltwise" + suffix;
   return step;
 }
 

@@ -61,16 +61,99 @@ const knobs::Knob kGemmPrepack = knobs::declareKnob({
     .perNode = true,
 });
 
+const knobs::Knob kGemmKernel = knobs::declareKnob({
+    .name = "cpu.gemm.kernel",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"auto", "avx512", "avx2", "portable"},
+    .defaultValue = "auto",
+    .help = "micro-kernel of the native SGEMM: auto takes the best this CPU runs; avx512 forces "
+            "the AVX-512 kernel (bf16 products emulated on float32 FMAs); avx2 forces the AVX2 "
+            "kernel; portable forces the plain C++ kernel; a kernel the CPU lacks falls back to "
+            "auto, and the tactic says so",
+    .backends = {"cpu"},
+    .perNode = true,
+});
+
+const knobs::Knob kGemmBlockA = knobs::declareKnob({
+    .name = "cpu.gemm.block_a",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"96", "192", "384", "768"},
+    .defaultValue = std::to_string(kDefaultGemmBlockAKiB),
+    .help = "KiB of packed A per block of the native SGEMM, which sets its mc rows: 96 and 192 "
+            "fit smaller L2 caches; 384 fills most of a 512 KiB+ L2; 768 suits a 1 MiB+ L2",
+    .backends = {"cpu"},
+    .perNode = true,
+});
+
+const knobs::Knob kGemmBlockB = knobs::declareKnob({
+    .name = "cpu.gemm.block_b",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"1024", "4096", "16384"},
+    .defaultValue = std::to_string(kDefaultGemmBlockBKiB),
+    .help = "KiB of packed B per block of the native SGEMM, which sets its nc columns: 1024 "
+            "keeps a block in a small shared cache; 4096 suits a mid-sized one; 16384 packs "
+            "wider blocks for a large one",
+    .backends = {"cpu"},
+    .perNode = true,
+});
+
+const knobs::Knob kGemmSplit = knobs::declareKnob({
+    .name = "cpu.gemm.split",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"auto", "rows", "columns"},
+    .defaultValue = "auto",
+    .help = "how a native product divides among threads: auto picks the grid of row and column "
+            "bands of least cost; rows cuts only along m (each task packs all of B); columns "
+            "cuts only along n (each task packs all of A)",
+    .backends = {"cpu"},
+    .perNode = true,
+});
+
+const knobs::Knob kGemmEpilogue = knobs::declareKnob({
+    .name = "cpu.gemm.epilogue",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"after", "tiles"},
+    .defaultValue = "after",
+    .help = "where a native FusedGemm applies its activation: after runs it over the whole "
+            "output once the product is done; tiles runs it on each block of C as soon as the "
+            "block is final, while it is still in cache",
+    .backends = {"cpu"},
+    .perNode = true,
+});
+
+namespace {
+
+GemmKernel gemmKernelNamed(const std::string& name) {
+  if (name == "avx512") return GemmKernel::kAvx512;
+  if (name == "avx2") return GemmKernel::kAvx2;
+  if (name == "portable") return GemmKernel::kPortable;
+  return GemmKernel::kAuto;
+}
+
+GemmSplit gemmSplitNamed(const std::string& name) {
+  if (name == "rows") return GemmSplit::kRows;
+  if (name == "columns") return GemmSplit::kColumns;
+  return GemmSplit::kAuto;
+}
+
+}  // namespace
+
 GemmSource gemmSourceFor(const ir::Node& node, const knobs::Route& route) {
   return route.value(kGemmSource, &node) == "native" ? GemmSource::kNative : GemmSource::kBlas;
 }
 
 GemmOptions gemmOptionsFor(const ir::Node& node, const knobs::Route& route) {
+  const GemmKernel kernel = gemmKernelNamed(route.value(kGemmKernel, &node));
   return {
       .source = gemmSourceFor(node, route),
       .precision = route.value(kGemmPrecision, &node) == "bf16" ? GemmPrecision::kBf16
                                                                 : GemmPrecision::kFp32,
       .kc = std::stoll(route.value(kGemmKc, &node)),
+      // A kernel this CPU lacks runs as auto; the step's tactic names the one it asked for.
+      .kernel = gemmKernelSupported(kernel) ? kernel : GemmKernel::kAuto,
+      .blockAKiB = std::stoll(route.value(kGemmBlockA, &node)),
+      .blockBKiB = std::stoll(route.value(kGemmBlockB, &node)),
+      .split = gemmSplitNamed(route.value(kGemmSplit, &node)),
   };
 }
 
@@ -175,12 +258,15 @@ class MatMulStep : public Step {
 // rows are contiguous, so they run as one [rows, K] product).
 class GemmStep : public Step {
  public:
-  GemmStep(bool transA, bool transB, float alpha, float beta, Epilogue epilogue, GemmPlan plan)
+  // With `epilogueInTiles` the native product runs the epilogue on each block of C it finishes.
+  GemmStep(bool transA, bool transB, float alpha, float beta, Epilogue epilogue,
+           bool epilogueInTiles, GemmPlan plan)
       : transA_(transA),
         transB_(transB),
         alpha_(alpha),
         beta_(beta),
         epilogue_(epilogue),
+        epilogueInTiles_(epilogueInTiles),
         plan_(std::move(plan)) {}
 
   Status run(const ExecutionContext& context) const override {
@@ -209,9 +295,10 @@ class GemmStep : public Step {
                .ldb = transB_ ? k : n,
                .beta = beta,
                .c = Y,
-               .ldc = n},
+               .ldc = n,
+               .epilogue = epilogueInTiles_ ? &epilogue_ : nullptr},
               context.pool());
-    applyEpilogue(epilogue_, Y, m * n, context.pool());
+    if (!epilogueInTiles_) applyEpilogue(epilogue_, Y, m * n, context.pool());
     return Status::ok();
   }
 
@@ -237,6 +324,7 @@ class GemmStep : public Step {
   bool transA_, transB_;
   float alpha_, beta_;
   Epilogue epilogue_;
+  bool epilogueInTiles_;
   GemmPlan plan_;
 };
 
@@ -254,9 +342,21 @@ GemmPlan planFor(const ir::Node& node, const knobs::Route& route, bool transB, i
   return plan;
 }
 
-std::string tacticOf(const GemmPlan& plan) {
-  if (!plan.options.native()) return "blas.sgemm";
-  return "native.sgemm.kc" + std::to_string(plan.options.kc) + (plan.packedB ? ".prepacked" : "");
+// "native.sgemm.kc256" plus each scheduling choice that is not the default, in knob order
+// ("native.sgemm.kc256.avx2.a96k.b1024k.rows.prepacked"); a kernel this CPU lacks shows as
+// "auto-no-avx512".
+std::string tacticOf(const GemmPlan& plan, const std::string& requestedKernel) {
+  const GemmOptions& o = plan.options;
+  if (!o.native()) return "blas.sgemm";
+  std::string tactic = "native.sgemm.kc" + std::to_string(o.kc);
+  if (requestedKernel != "auto") {
+    tactic += o.kernel == GemmKernel::kAuto ? ".auto-no-" + requestedKernel : "." + requestedKernel;
+  }
+  if (o.blockAKiB != kDefaultGemmBlockAKiB) tactic += ".a" + std::to_string(o.blockAKiB) + "k";
+  if (o.blockBKiB != kDefaultGemmBlockBKiB) tactic += ".b" + std::to_string(o.blockBKiB) + "k";
+  if (o.split == GemmSplit::kRows) tactic += ".rows";
+  if (o.split == GemmSplit::kColumns) tactic += ".columns";
+  return tactic + (plan.packedB ? ".prepacked" : "");
 }
 
 }  // namespace
@@ -269,7 +369,7 @@ std::unique_ptr<Step> makeGemmStep(const ir::Node& node, const knobs::Route& rou
   std::string tactic, precision;
   // Records the plan's choices before a step takes it.
   const auto describe = [&](const GemmPlan& plan) {
-    tactic = tacticOf(plan);
+    tactic = tacticOf(plan, route.value(kGemmKernel, &node));
     precision = plan.options.precision == GemmPrecision::kBf16 ? "bf16" : "fp32";
   };
   if (node.opType == "MatMul") {
@@ -294,7 +394,10 @@ std::unique_ptr<Step> makeGemmStep(const ir::Node& node, const knobs::Route& rou
     GemmPlan plan =
         planFor(node, route, *transB != 0, b[*transB != 0 ? 1 : 0], b[*transB != 0 ? 0 : 1]);
     describe(plan);
-    step = std::make_unique<GemmStep>(*transA != 0, *transB != 0, *alpha, *beta, *epilogue,
+    const bool inTiles =
+        plan.options.native() && !epilogue->empty() && route.value(kGemmEpilogue, &node) == "tiles";
+    if (inTiles) tactic += ".epilogue-tiles";
+    step = std::make_unique<GemmStep>(*transA != 0, *transB != 0, *alpha, *beta, *epilogue, inTiles,
                                       std::move(plan));
   } else {
     return nullptr;

@@ -31,10 +31,6 @@ using sgemm_detail::TileArgs;
 namespace {
 
 constexpr int64_t kAlignment = 64;
-// Bytes of packed A per block (mc rows): most of L2, leaving room for the B sliver and C.
-constexpr int64_t kBlockABytes = 384 * 1024;
-// Bytes of packed B per block (nc columns): shared-cache sized.
-constexpr int64_t kBlockBBytes = 4 * 1024 * 1024;
 // Tasks of at most this many row slivers read B in place (see NativeJob::run).
 constexpr int64_t kDirectBRows = 4;
 // A task below this many multiply-adds costs more to hand to another thread than it saves.
@@ -246,19 +242,29 @@ void packPanel(const NativeConfig& config, const OperandView& view, int lanes, i
 
 int64_t roundUp(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
-// One native product, with its blocking; B either packed on the fly or prepacked.
+// Runs g's epilogue (if any) over C[rows [r0, r1), cols [c0, c1)].
+void applyEpilogue(const GemmArgs& g, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+  if (!g.epilogue || g.epilogue->empty()) return;
+  for (int64_t i = r0; i < r1; ++i) g.epilogue->apply(g.c + i * g.ldc + c0, c1 - c0, nullptr);
+}
+
+// One native product, with its blocking and split; B either packed on the fly or prepacked.
 struct NativeJob {
   NativeConfig config;
   GemmArgs args;
   const uint32_t* prepacked = nullptr;  // PackedGemmB's words, or null
+  GemmSplit split = GemmSplit::kAuto;
   int64_t mc = 0, nc = 0;
 
-  NativeJob(const NativeConfig& c, const GemmArgs& g, const uint32_t* packedB)
-      : config(c), args(g), prepacked(packedB) {
+  // mc rows of packed A fill the options' A block (most of L2, leaving room for the B sliver and
+  // C); nc columns of packed B fill its B block (shared-cache sized).
+  NativeJob(const NativeConfig& c, const GemmOptions& options, const GemmArgs& g,
+            const uint32_t* packedB)
+      : config(c), args(g), prepacked(packedB), split(options.split) {
     const int64_t mr = config.mr(), nr = config.nr();
     const int64_t depth = config.depth(config.kc);
-    mc = std::max(mr, kBlockABytes / (depth * 4) / mr * mr);
-    nc = std::max(nr, kBlockBBytes / (depth * 4) / nr * nr);
+    mc = std::max(mr, options.blockAKiB * 1024 / (depth * 4) / mr * mr);
+    nc = std::max(nr, options.blockBKiB * 1024 / (depth * 4) / nr * nr);
   }
 
   // Words before panel `pc` (a multiple of kc) of the prepacked B: full panels over padded n.
@@ -301,6 +307,7 @@ struct NativeJob {
         // The first panel applies beta; later ones add to C. With alpha == 1 the micro-kernel
         // starts from C's value, so the sum runs in k order across panels.
         const bool first = pc == 0;
+        const bool last = pc + config.kc >= g.k;
         const float beta = first ? g.beta : 1.0f;
         const bool loadC = g.alpha == 1.0f && beta == 1.0f;
         for (int64_t ic = r0; ic < r1; ic += mc) {
@@ -327,6 +334,8 @@ struct NativeJob {
               config.kernel->tiles[std::min<int64_t>(mr, mcur - ir)](tile);
             }
           }
+          // The block of C is final after the last panel: its epilogue runs while it is cached.
+          if (last) applyEpilogue(g, ic, ic + mcur, jc, jc + ncur);
         }
       }
     }
@@ -340,7 +349,8 @@ struct Split {
 };
 
 // The split for at most `threads` tasks that minimises one task's cost (its share of the
-// multiply-adds, plus packing its rows of A and, unless prepacked, its columns of B).
+// multiply-adds, plus packing its rows of A and, unless prepacked, its columns of B); a job's
+// kRows or kColumns keeps the other dimension whole.
 Split chooseSplit(const NativeJob& job, int64_t threads) {
   const GemmArgs& g = job.args;
   const int64_t mr = job.config.mr(), nr = job.config.nr();
@@ -349,8 +359,10 @@ Split chooseSplit(const NativeJob& job, int64_t threads) {
   threads = std::min(threads, byWork);
   Split best;
   double bestCost = -1;
-  for (int64_t tm = 1; tm <= std::min(threads, rowSlivers); ++tm) {
-    for (int64_t tn = 1; tm * tn <= threads && tn <= colSlivers; ++tn) {
+  const int64_t maxTm = job.split == GemmSplit::kColumns ? 1 : std::min(threads, rowSlivers);
+  const int64_t maxTn = job.split == GemmSplit::kRows ? 1 : colSlivers;
+  for (int64_t tm = 1; tm <= maxTm; ++tm) {
+    for (int64_t tn = 1; tm * tn <= threads && tn <= maxTn; ++tn) {
       const double rows = static_cast<double>((rowSlivers + tm - 1) / tm * mr);
       const double cols = static_cast<double>((colSlivers + tn - 1) / tn * nr);
       // Packing an element costs about as much as eight multiply-adds of a micro-kernel.
@@ -389,6 +401,7 @@ bool trivial(const GemmArgs& g) {
   if (g.m <= 0 || g.n <= 0) return true;
   if (g.k <= 0 || g.alpha == 0.0f) {
     scaleC(g);
+    applyEpilogue(g, 0, g.m, 0, g.n);
     return true;
   }
   return false;
@@ -426,6 +439,8 @@ void blasSgemm(const GemmArgs& g) {
 }
 
 }  // namespace
+
+bool gemmKernelSupported(GemmKernel kernel) { return cpuSupports(kernel); }
 
 std::vector<GemmKernel> supportedGemmKernels() {
   std::vector<GemmKernel> kernels;
@@ -469,7 +484,10 @@ void sgemm(const GemmOptions& options, const GemmArgs& args, ThreadPool& pool) {
 void sgemmBatch(const GemmOptions& options, const std::vector<GemmArgs>& batch, ThreadPool& pool) {
   if (!options.native()) {
     // OpenBLAS runs its own threads (openblas_set_num_threads per plan run).
-    for (const GemmArgs& g : batch) blasSgemm(g);
+    for (const GemmArgs& g : batch) {
+      blasSgemm(g);
+      applyEpilogue(g, 0, g.m, 0, g.n);
+    }
     return;
   }
   const NativeConfig config =
@@ -477,7 +495,7 @@ void sgemmBatch(const GemmOptions& options, const std::vector<GemmArgs>& batch, 
   std::vector<NativeJob> jobs;
   jobs.reserve(batch.size());
   for (const GemmArgs& g : batch) {
-    if (!trivial(g)) jobs.emplace_back(config, g, nullptr);
+    if (!trivial(g)) jobs.emplace_back(config, options, g, nullptr);
   }
   runNative(jobs, pool);
 }
@@ -490,7 +508,9 @@ PackedGemmB::PackedGemmB(const GemmOptions& options, bool transB, int64_t k, int
       n_(n),
       kc_(options.kc),
       precision_(options.precision),
-      kernel_(resolveGemmKernel(options.kernel)) {
+      kernel_(resolveGemmKernel(options.kernel)),
+      options_(options) {
+  options_.kernel = kernel_;
   const NativeConfig config = nativeConfig(kernel_, precision_, kc_);
   const int nr = config.nr();
   const int64_t paddedN = roundUp(n, nr);
@@ -515,7 +535,8 @@ void sgemm(const GemmArgs& args, const PackedGemmB& b, ThreadPool& pool) {
   KILN_CHECK(args.k == b.k() && args.n == b.n());
   if (trivial(args)) return;
   const NativeConfig config = nativeConfig(b.kernel(), b.precision(), b.kc());
-  runNative({NativeJob(config, args, reinterpret_cast<const uint32_t*>(b.data()))}, pool);
+  runNative({NativeJob(config, b.options(), args, reinterpret_cast<const uint32_t*>(b.data()))},
+            pool);
 }
 
 }  // namespace kiln::cpu

@@ -3,7 +3,7 @@
 // kiln's own packed kernel ("native": panels of A and B packed for register-blocked micro-kernels,
 // AVX-512, AVX2 or portable C++, picked at run time for the CPU it runs on).
 //
-//   GemmOptions options = gemmOptionsFor(node, route);   // source, precision, kc
+//   GemmOptions options = gemmOptionsFor(node, route);   // source, precision, kc, schedule
 //   sgemm(options, {.m = m, .n = n, .k = k, .a = A, .lda = k, .b = B, .ldb = n, .c = C, .ldc = n},
 //         context.pool());
 //
@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/backends/cpu/kernels/epilogue.h"
 #include "kiln/backends/cpu/thread_pool.h"
 #include "kiln/ir/graph.h"
 #include "kiln/knobs/route.h"
@@ -40,14 +41,26 @@ enum class GemmPrecision { kFp32, kBf16 };
 // exact emulation on float32 FMAs).
 enum class GemmKernel { kAuto, kPortable, kAvx2, kAvx512, kAvx512Bf16 };
 
+// How the native source divides one product among threads: kAuto minimises a task's cost over
+// every grid of row and column bands; kRows cuts only along m, kColumns only along n. Every split
+// sums each element of C in the same order, so the results are the same bits.
+enum class GemmSplit { kAuto, kRows, kColumns };
+
 // The native source's default depth of a packed panel (cpu.gemm.kc's default).
 inline constexpr int64_t kDefaultGemmKc = 256;
+// The native source's default cache blocking: KiB of packed A per block of mc rows (most of L2)
+// and of packed B per block of nc columns (shared-cache sized); cpu.gemm.block_a/block_b.
+inline constexpr int64_t kDefaultGemmBlockAKiB = 384;
+inline constexpr int64_t kDefaultGemmBlockBKiB = 4096;
 
 struct GemmOptions {
   GemmSource source = GemmSource::kBlas;
   GemmPrecision precision = GemmPrecision::kFp32;
   int64_t kc = kDefaultGemmKc;  // native: k elements per packed panel (even, >= 2)
   GemmKernel kernel = GemmKernel::kAuto;
+  int64_t blockAKiB = kDefaultGemmBlockAKiB;  // native: packed A per block (sets mc)
+  int64_t blockBKiB = kDefaultGemmBlockBKiB;  // native: packed B per block (sets nc)
+  GemmSplit split = GemmSplit::kAuto;
 
   // Whether the product runs on the native kernels (the native source, or any bf16 product).
   bool native() const { return source == GemmSource::kNative || precision == GemmPrecision::kBf16; }
@@ -67,6 +80,9 @@ struct GemmArgs {
   float beta = 0.0f;
   float* c = nullptr;
   int64_t ldc = 0;
+  // Applied to C after the product (no residual): the native source runs it on each block of C
+  // as soon as the block is final, while it is in cache; the BLAS source after the product.
+  const Epilogue* epilogue = nullptr;
 };
 
 // float32 products with the default options of `source` (fp32, default kc, best kernel).
@@ -78,6 +94,7 @@ void sgemmBatch(const GemmOptions& options, const std::vector<GemmArgs>& batch, 
 
 // op(B)[k, n] packed once for the native kernels (with the options' precision, kc and kernel,
 // kAuto resolved when packing), to multiply many times without repacking: a constant weight.
+// The products it serves run with the options' blocking and split.
 class PackedGemmB {
  public:
   PackedGemmB(const GemmOptions& options, bool transB, int64_t k, int64_t n, const float* b,
@@ -91,6 +108,7 @@ class PackedGemmB {
   GemmPrecision precision() const { return precision_; }
   int64_t kc() const { return kc_; }
   GemmKernel kernel() const { return kernel_; }
+  const GemmOptions& options() const { return options_; }  // kernel resolved
   int64_t bytes() const;
   const std::byte* data() const { return data_.get(); }
 
@@ -101,6 +119,7 @@ class PackedGemmB {
   int64_t k_ = 0, n_ = 0, kc_ = 0;
   GemmPrecision precision_ = GemmPrecision::kFp32;
   GemmKernel kernel_ = GemmKernel::kAuto;
+  GemmOptions options_;
   int64_t words_ = 0;  // 4-byte words in data_
   std::unique_ptr<std::byte, Free> data_;
 };
@@ -113,19 +132,26 @@ void sgemm(const GemmArgs& args, const PackedGemmB& b, ThreadPool& pool);
 std::vector<GemmKernel> supportedGemmKernels();
 GemmKernel resolveGemmKernel(GemmKernel kernel);  // kAuto -> the best supported
 std::string gemmKernelName(GemmKernel kernel);    // "avx512", "avx2", ...
+bool gemmKernelSupported(GemmKernel kernel);      // kAuto always
 
 // The knobs that pick how a GEMM runs, declared in gemm.cc.
 extern const knobs::Knob kGemmSource;     // blas | native | reference
 extern const knobs::Knob kGemmPrecision;  // fp32 | bf16
 extern const knobs::Knob kGemmKc;         // the native panel depth
 extern const knobs::Knob kGemmPrepack;    // pack constant B at build time
+extern const knobs::Knob kGemmKernel;     // auto | avx512 | avx2 | portable
+extern const knobs::Knob kGemmBlockA;     // KiB of packed A per block
+extern const knobs::Knob kGemmBlockB;     // KiB of packed B per block
+extern const knobs::Knob kGemmSplit;      // auto | rows | columns
+extern const knobs::Knob kGemmEpilogue;   // after | tiles (FusedGemm's activation)
 
 // The source the route picks for the GEMM inside `node` (a Conv's, say): cpu.gemm.source at
 // that node, with "reference" read as BLAS (the op's own knob decides whether it runs the
 // reference kernel).
 GemmSource gemmSourceFor(const ir::Node& node, const knobs::Route& route);
-// Everything the route says about the GEMM inside `node`: source (as gemmSourceFor), precision
-// and kc. A step that uses it records options' precision in its `precision` ("bf16").
+// Everything the route says about the GEMM inside `node`: source (as gemmSourceFor), precision,
+// kc, kernel (a kernel this CPU lacks reads as kAuto), blocking and split. A step that uses it
+// records options' precision in its `precision` ("bf16").
 GemmOptions gemmOptionsFor(const ir::Node& node, const knobs::Route& route);
 
 }  // namespace kiln::cpu

@@ -3,6 +3,7 @@
 // reads and the writes stay within a few cache lines.
 #include <cstring>
 #include <numeric>
+#include <string>
 
 #include "kiln/backends/cpu/kernels/steps.h"
 
@@ -14,6 +15,18 @@ const knobs::Knob kTransposeImpl = knobs::declareKnob({
     .choices = {"fast", "reference"},
     .defaultValue = "fast",
     .help = "Transpose: merged axes and tiled copies, or the reference kernel",
+    .backends = {"cpu"},
+    .perNode = true,
+});
+
+constexpr const char* kDefaultTile = "32";
+const knobs::Knob kTransposeTile = knobs::declareKnob({
+    .name = "cpu.transpose.tile",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"16", "32", "64"},
+    .defaultValue = kDefaultTile,
+    .help = "16: Transpose copies its last two axes in 16x16 tiles; 32: in 32x32 tiles; 64: in "
+            "64x64 tiles",
     .backends = {"cpu"},
     .perNode = true,
 });
@@ -52,7 +65,7 @@ Walk simplify(const ir::Shape& input, const std::vector<int64_t>& perm) {
 template <typename T>
 class TransposeStep : public Step {
  public:
-  explicit TransposeStep(Walk walk) : walk_(std::move(walk)) {}
+  TransposeStep(Walk walk, int64_t tile) : walk_(std::move(walk)), tile_(tile) {}
 
   Status run(const ExecutionContext& context) const override {
     const T* x = context.data<T>(*inputs[0]);
@@ -74,7 +87,7 @@ class TransposeStep : public Step {
     std::vector<int64_t> index(rank - 2, 0);
     int64_t inputOffset = 0;
     for (int64_t o = 0; o < outer; ++o) {
-      copyTile(x + inputOffset, y + o * rows * cols, rows, cols, rowStride, colStride);
+      copyTile(x + inputOffset, y + o * rows * cols, rows, cols, rowStride, colStride, tile_);
       for (size_t d = rank - 2; d-- > 0;) {
         inputOffset += walk_.strides[d];
         if (++index[d] < walk_.dims[d]) break;
@@ -87,18 +100,17 @@ class TransposeStep : public Step {
 
  private:
   static void copyTile(const T* x, T* y, int64_t rows, int64_t cols, int64_t rowStride,
-                       int64_t colStride) {
+                       int64_t colStride, int64_t tile) {
     if (colStride == 1) {
       for (int64_t r = 0; r < rows; ++r) {
         std::memcpy(y + r * cols, x + r * rowStride, static_cast<size_t>(cols) * sizeof(T));
       }
       return;
     }
-    constexpr int64_t kTile = 32;
-    for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
-      const int64_t r1 = std::min(rows, r0 + kTile);
-      for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
-        const int64_t c1 = std::min(cols, c0 + kTile);
+    for (int64_t r0 = 0; r0 < rows; r0 += tile) {
+      const int64_t r1 = std::min(rows, r0 + tile);
+      for (int64_t c0 = 0; c0 < cols; c0 += tile) {
+        const int64_t c1 = std::min(cols, c0 + tile);
         for (int64_t r = r0; r < r1; ++r) {
           const T* in = x + r * rowStride;
           T* out = y + r * cols;
@@ -109,6 +121,7 @@ class TransposeStep : public Step {
   }
 
   Walk walk_;
+  int64_t tile_;  // rows and columns of a copied tile (cpu.transpose.tile)
 };
 
 }  // namespace
@@ -131,24 +144,26 @@ std::unique_ptr<Step> makeTransposeStep(const ir::Node& node, const knobs::Route
     seen[static_cast<size_t>(axis)] = true;
   }
   Walk walk = simplify(x->shape, *perm);
+  const std::string tile = route.value(kTransposeTile, &node);
+  const int64_t tileSize = std::stoll(tile);
   std::unique_ptr<Step> step;
   switch (ir::dtypeSize(x->dtype)) {
     case 1:
-      step = std::make_unique<TransposeStep<uint8_t>>(std::move(walk));
+      step = std::make_unique<TransposeStep<uint8_t>>(std::move(walk), tileSize);
       break;
     case 2:
-      step = std::make_unique<TransposeStep<uint16_t>>(std::move(walk));
+      step = std::make_unique<TransposeStep<uint16_t>>(std::move(walk), tileSize);
       break;
     case 4:
-      step = std::make_unique<TransposeStep<uint32_t>>(std::move(walk));
+      step = std::make_unique<TransposeStep<uint32_t>>(std::move(walk), tileSize);
       break;
     case 8:
-      step = std::make_unique<TransposeStep<uint64_t>>(std::move(walk));
+      step = std::make_unique<TransposeStep<uint64_t>>(std::move(walk), tileSize);
       break;
     default:
       return nullptr;
   }
-  step->tactic = "fast.transpose_tiled";
+  step->tactic = "fast.transpose_tiled" + (tile == kDefaultTile ? "" : ".t" + tile);
   return step;
 }
 
