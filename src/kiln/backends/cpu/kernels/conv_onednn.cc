@@ -46,7 +46,8 @@ const knobs::Knob kConvSource = knobs::declareKnob({
     .kind = knobs::KnobKind::kEnum,
     .choices = {"native", "onednn"},
     // oneDNN by default where kiln has it: with graph.layout=nhwc, faster than kiln's kernels
-    // on every CNN of ../shared/models at 1 and 2 threads (bench/cpu/results/2026-12-03-vs-ort-3.md).
+    // on every CNN of ../shared/models at 1 and 2 threads
+    // (bench/cpu/results/2026-12-03-vs-ort-3.md).
     .defaultValue = "onednn",
     .help = "library for float32 convolutions (Conv, FusedConv, NhwcConv). native: kiln's kernels "
             "(cpu.conv.algo picks one). onednn: oneDNN primitives created, and their weights "
