@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <set>
@@ -163,6 +164,8 @@ Result<Plan> lowerToCpu(std::shared_ptr<const ir::Graph> graph, const knobs::Rou
     plan.steps_.push_back(std::move(step));
   }
   requests.reuse = route.value(kMemoryPlanner) == "reuse";
+  requests.alignment = memoryAlignment(route);
+  plan.arenaAlignment_ = requests.alignment;
   const backends::BufferAssignment memory = backends::assignBuffers(*graph, requests);
   plan.arenaBytes_ = memory.arenaBytes;
   auto refFor = [&](const ir::Value* value) {
@@ -199,10 +202,19 @@ Result<std::vector<ir::Tensor>> Plan::run(const std::vector<ir::Tensor>& inputs,
                           ir::dtypeName(inputs[i].dtype()), inputs[i].shape().toString());
     }
   }
-  if (arena_.empty() && arenaBytes_ > 0)
-    arena_ = ir::Tensor(ir::DType::kUInt8, ir::Shape{arenaBytes_});
+  // The arena's base is aligned as its offsets are (cpu.memory.alignment), so that aligned
+  // offsets are aligned addresses: the allocation has room to slide the base that far.
+  if (arena_.empty() && arenaBytes_ > 0) {
+    arena_ = ir::Tensor(ir::DType::kUInt8, ir::Shape{arenaBytes_ + arenaAlignment_ - 1});
+  }
+  std::byte* base = arena_.empty() ? nullptr : arena_.mutableRawData();
+  if (base) {
+    const auto address = reinterpret_cast<std::uintptr_t>(base);
+    const auto alignment = static_cast<std::uintptr_t>(arenaAlignment_);
+    base += (alignment - address % alignment) % alignment;
+  }
   openblas_set_num_threads(threads_);
-  ExecutionContext context(arena_.mutableRawData(), *pool_);
+  ExecutionContext context(base, *pool_);
   for (size_t i = 0; i < inputs.size(); ++i) {
     std::memcpy(context.address(inputs_[i]), inputs[i].rawData(), inputs[i].byteSize());
   }

@@ -1,4 +1,4 @@
-// The CPU backend's memory-planning knob (the planner: kiln/backends/buffer_assignment.cc).
+// The CPU backend's memory-planning knobs (the planner: kiln/backends/buffer_assignment.cc).
 #include "kiln/backends/cpu/memory_planner.h"
 
 namespace kiln::cpu {
@@ -11,5 +11,19 @@ const knobs::Knob kMemoryPlanner = knobs::declareKnob({
     .help = "arena planning: share memory between values whose lifetimes do not overlap, or not",
     .backends = {"cpu"},
 });
+
+const knobs::Knob kMemoryAlignment = knobs::declareKnob({
+    .name = "cpu.memory.alignment",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"64", "4096"},
+    .defaultValue = "64",
+    .help = "64: each value's offset in the arena (and its range's size) is a multiple of a cache "
+            "line; 4096: a multiple of a 4 KiB page, so no two values share a page",
+    .backends = {"cpu"},
+});
+
+int64_t memoryAlignment(const knobs::Route& route) {
+  return route.value(kMemoryAlignment) == "4096" ? 4096 : 64;
+}
 
 }  // namespace kiln::cpu

@@ -87,6 +87,7 @@ class Plan {
   std::vector<BufferRef> inputs_;
   std::vector<BufferRef> outputs_;
   int64_t arenaBytes_ = 0;
+  int64_t arenaAlignment_ = 64;  // cpu.memory.alignment: of the arena's base as of its offsets
   int threads_ = 1;
   int spinMicros_ = 0;
   mutable ir::Tensor arena_;

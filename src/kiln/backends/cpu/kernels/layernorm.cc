@@ -1,6 +1,7 @@
 // LayerNormalization in float32 over the trailing axes: a two-pass mean and variance per row
-// (the one-pass E[x^2] - E[x]^2 form cancels badly), then one scale-and-shift pass. Rows are
-// split over the plan's threads.
+// (the one-pass E[x^2] - E[x]^2 form cancels badly; cpu.layernorm.variance=one_pass asks for it
+// anyway, saving a read of the row), then one scale-and-shift pass. Rows are split over the
+// plan's threads.
 
 // Loops written for the vectoriser (see fast_math.h); before the includes on purpose.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -8,6 +9,7 @@
                      "fp-contract=off")
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -28,7 +30,64 @@ const knobs::Knob kLayerNormImpl = knobs::declareKnob({
     .perNode = true,
 });
 
+const knobs::Knob kLayerNormVariance = knobs::declareKnob({
+    .name = "cpu.layernorm.variance",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"two_pass", "one_pass"},
+    .defaultValue = "two_pass",
+    .help = "two_pass: the fast kernel takes each row's mean, then the mean of squared deviations "
+            "from it; one_pass: it accumulates the sum and the sum of squares in one read of the "
+            "row and takes E[x^2] - E[x]^2, which loses precision when the mean is large against "
+            "the spread",
+    .backends = {"cpu"},
+    .perNode = true,
+    .changesNumerics = true,
+});
+
 namespace {
+
+// The mean and 1 / sqrt(variance + epsilon) of one row, from one read of it: sums of x and x^2
+// in double, variance = E[x^2] - E[x]^2 (clamped at 0).
+KILN_ELTWISE_CLONES void onePassMoments(const float* in, int64_t width, float epsilon, double& mean,
+                                        double& invStdDev) {
+  constexpr int64_t kLanes = 8;
+  const int64_t bulk = width / kLanes * kLanes;
+  double sums[kLanes] = {}, squares[kLanes] = {};
+  for (int64_t i = 0; i < bulk; i += kLanes) {
+    for (int64_t j = 0; j < kLanes; ++j) {
+      const double v = in[i + j];
+      sums[j] += v;
+      squares[j] += v * v;
+    }
+  }
+  double sum = 0.0, square = 0.0;
+  for (int64_t i = bulk; i < width; ++i) {
+    const double v = in[i];
+    sum += v;
+    square += v * v;
+  }
+  for (int64_t j = 0; j < kLanes; ++j) {
+    sum += sums[j];
+    square += squares[j];
+  }
+  const double n = static_cast<double>(width);
+  mean = sum / n;
+  const double variance = std::max(0.0, square / n - mean * mean);
+  invStdDev = 1.0 / std::sqrt(variance + epsilon);
+}
+
+// One row (one-pass moments): y = (x - mean) * invStdDev * scale + bias (bias may be null).
+KILN_ELTWISE_CLONES void layerNormRowOnePass(const float* in, const float* scale, const float* bias,
+                                             float* out, int64_t width, float epsilon) {
+  double mean = 0.0, invStdDev = 0.0;
+  onePassMoments(in, width, epsilon, mean, invStdDev);
+  for (int64_t i = 0; i < width; ++i) {
+    out[i] = static_cast<float>((in[i] - mean) * invStdDev) * scale[i];
+  }
+  if (bias) {
+    for (int64_t i = 0; i < width; ++i) out[i] += bias[i];
+  }
+}
 
 // One row: y = (x - mean) / sqrt(var + epsilon) * scale + bias (bias may be null).
 KILN_ELTWISE_CLONES void layerNormRow(const float* in, const float* scale, const float* bias,
@@ -74,8 +133,8 @@ KILN_ELTWISE_CLONES void layerNormRow(const float* in, const float* scale, const
 // written to the Sum output when there is one, else to a row of scratch per chunk).
 class LayerNormStep : public Step {
  public:
-  LayerNormStep(int64_t rows, int64_t width, float epsilon, bool skip)
-      : rows_(rows), width_(width), epsilon_(epsilon), skip_(skip) {}
+  LayerNormStep(int64_t rows, int64_t width, float epsilon, bool skip, bool onePass)
+      : rows_(rows), width_(width), epsilon_(epsilon), skip_(skip), onePass_(onePass) {}
 
   Status run(const ExecutionContext& context) const override {
     const float* x = context.data<float>(*inputs[0]);
@@ -98,7 +157,11 @@ class LayerNormStep : public Step {
           for (int64_t i = 0; i < width_; ++i) s[i] = row[i] + other[i];
           row = s;
         }
-        layerNormRow(row, scale, bias, y + r * width_, width_, epsilon_);
+        if (onePass_) {
+          layerNormRowOnePass(row, scale, bias, y + r * width_, width_, epsilon_);
+        } else {
+          layerNormRow(row, scale, bias, y + r * width_, width_, epsilon_);
+        }
       }
     });
     return Status::ok();
@@ -108,6 +171,7 @@ class LayerNormStep : public Step {
   int64_t rows_, width_;
   float epsilon_;
   bool skip_;
+  bool onePass_;
 };
 
 // True when `param` (scale or bias) holds exactly one value per normalised element, laid out as
@@ -161,9 +225,10 @@ std::unique_ptr<Step> makeLayerNormStep(const ir::Node& node, const knobs::Route
   int64_t width = 1;
   for (int64_t i = axis; i < rank; ++i) width *= x->shape[static_cast<size_t>(i)];
   if (width == 0) return nullptr;
-  auto step =
-      std::make_unique<LayerNormStep>(x->shape.elementCount() / width, width, *epsilon, skip);
-  step->tactic = "fast.layernorm_rows";
+  const bool onePass = route.value(kLayerNormVariance, &node) == "one_pass";
+  auto step = std::make_unique<LayerNormStep>(x->shape.elementCount() / width, width, *epsilon,
+                                              skip, onePass);
+  step->tactic = onePass ? "fast.layernorm_rows.one_pass" : "fast.layernorm_rows";
   return step;
 }
 
