@@ -34,6 +34,35 @@ KILN_KNOB_EFFECT({
         },
 });
 
+// x [16] -> Pad to [64] -> Slice to [48]: values of 64, 256 and 192 bytes; x lives with the
+// padded value, the padded value with the slice. Largest first: the padded value at 0, then the
+// slice and x both at 256 (they never live together): 448 bytes. In order of definition: x at
+// 0, the padded value at 64, and the slice finds no gap below it, so goes at 320: 512 bytes.
+ir::Graph padThenSlice() {
+  GraphSketch g;
+  auto pads = g.constant("pads", ir::Tensor::fromVector<int64_t>(ir::Shape{2}, {16, 32}));
+  auto padded = g.node("Pad", {g.input("x", {16}), pads}, {}, "pad");
+  auto starts = g.constant("starts", ir::Tensor::fromVector<int64_t>(ir::Shape{1}, {8}));
+  auto ends = g.constant("ends", ir::Tensor::fromVector<int64_t>(ir::Shape{1}, {56}));
+  g.output(g.node("Slice", {padded, starts, ends}, {}, "slice"));
+  return g.take();
+}
+
+KILN_KNOB_EFFECT({
+    .knob = "cpu.memory.order",
+    .value = "time",
+    .shows = "placing values in the order they are defined instead of largest first changes the "
+             "arena of a Pad -> Slice chain",
+    .graph = padThenSlice,
+    .baseRoute = "-cpu.memory.in_place=off",
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_NE(base.arenaBytes, changed.arenaBytes) << base.summary() << changed.summary();
+          EXPECT_EQ(base.arenaBytes, 448) << base.summary();
+          EXPECT_EQ(changed.arenaBytes, 512) << changed.summary();
+        },
+});
+
 KILN_KNOB_EFFECT({
     .knob = "cpu.layernorm.variance",
     .value = "one_pass",

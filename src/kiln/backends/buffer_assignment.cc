@@ -7,7 +7,8 @@
 
 namespace kiln::backends {
 
-MemoryPlan planMemory(const std::vector<Lifetime>& lifetimes, bool reuse, int64_t alignment) {
+MemoryPlan planMemory(const std::vector<Lifetime>& lifetimes, bool reuse, int64_t alignment,
+                      Fit fit, Order order) {
   auto alignUp = [alignment](int64_t bytes) {
     return (bytes + alignment - 1) / alignment * alignment;
   };
@@ -20,13 +21,17 @@ MemoryPlan planMemory(const std::vector<Lifetime>& lifetimes, bool reuse, int64_
     }
     return plan;
   }
-  std::vector<size_t> order(lifetimes.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return lifetimes[a].bytes > lifetimes[b].bytes; });
+  // Largest first, or in order of definition (ties keep the lifetimes' order).
+  std::vector<size_t> sequence(lifetimes.size());
+  std::iota(sequence.begin(), sequence.end(), 0);
+  std::stable_sort(sequence.begin(), sequence.end(), [&](size_t a, size_t b) {
+    return order == Order::kSize ? lifetimes[a].bytes > lifetimes[b].bytes
+                                 : lifetimes[a].first < lifetimes[b].first;
+  });
   std::vector<size_t> placed;
-  for (size_t index : order) {
+  for (size_t index : sequence) {
     const Lifetime& current = lifetimes[index];
+    const int64_t size = alignUp(current.bytes);
     // Ranges taken by placed values alive at the same time, sorted by offset.
     std::vector<std::pair<int64_t, int64_t>> taken;
     for (size_t other : placed) {
@@ -36,13 +41,21 @@ MemoryPlan planMemory(const std::vector<Lifetime>& lifetimes, bool reuse, int64_
       }
     }
     std::sort(taken.begin(), taken.end());
-    int64_t offset = 0;
+    // First fit: the lowest free gap that holds the value. Best fit: the smallest such gap
+    // (the lowest of equals); either way past every taken range when no gap holds it.
+    int64_t offset = -1, bestGap = std::numeric_limits<int64_t>::max(), cursor = 0;
     for (const auto& [begin, end] : taken) {
-      if (offset + alignUp(current.bytes) <= begin) break;
-      offset = std::max(offset, end);
+      const int64_t gap = begin - cursor;
+      if (gap >= size && gap < bestGap) {
+        offset = cursor;
+        bestGap = gap;
+        if (fit == Fit::kFirst) break;
+      }
+      cursor = std::max(cursor, end);
     }
+    if (offset < 0) offset = cursor;
     plan.offsets[index] = offset;
-    plan.arenaBytes = std::max(plan.arenaBytes, offset + alignUp(current.bytes));
+    plan.arenaBytes = std::max(plan.arenaBytes, offset + size);
     placed.push_back(index);
   }
   return plan;
@@ -166,7 +179,8 @@ BufferAssignment assignBuffers(const ir::Graph& graph, const BufferRequests& req
     lifetime.last = std::max(lifetime.last, lifetime.first);
   }
 
-  const MemoryPlan memory = planMemory(lifetimes, requests.reuse, requests.alignment);
+  const MemoryPlan memory =
+      planMemory(lifetimes, requests.reuse, requests.alignment, requests.fit, requests.order);
   BufferAssignment assignment;
   assignment.arenaBytes = memory.arenaBytes;
   for (size_t index = 0; index < runtimeValues.size(); ++index) {

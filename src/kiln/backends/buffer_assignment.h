@@ -22,15 +22,22 @@ struct Lifetime {
   int last = 0;
 };
 
+// How the reuse planner places a value among the free gaps left by overlapping values already
+// placed: the lowest gap that holds it (first), or the smallest (best).
+enum class Fit { kFirst, kBest };
+// The order in which the reuse planner places values: largest first, or in order of definition.
+enum class Order { kSize, kTime };
+
 // Offsets (`alignment`-byte aligned) for each lifetime, and the arena size they need. Without
 // reuse every value gets its own range; with it, values whose lifetimes do not overlap share
-// memory (greedy by size: the largest values are placed first, each at the lowest offset that
-// does not collide with an overlapping value already placed).
+// memory (greedy: values taken in `order`, each placed by `fit` where it does not collide with an
+// overlapping value already placed, or past all of them).
 struct MemoryPlan {
   std::vector<int64_t> offsets;
   int64_t arenaBytes = 0;
 };
-MemoryPlan planMemory(const std::vector<Lifetime>& lifetimes, bool reuse, int64_t alignment = 64);
+MemoryPlan planMemory(const std::vector<Lifetime>& lifetimes, bool reuse, int64_t alignment = 64,
+                      Fit fit = Fit::kFirst, Order order = Order::kSize);
 
 // What a lowering decided about buffers, as assignBuffers' input.
 struct BufferRequests {
@@ -47,6 +54,8 @@ struct BufferRequests {
   bool keepInputsIntact = false;
   bool reuse = true;
   int64_t alignment = 64;
+  Fit fit = Fit::kFirst;
+  Order order = Order::kSize;
 };
 
 struct BufferAssignment {

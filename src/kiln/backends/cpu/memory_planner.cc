@@ -22,6 +22,20 @@ const knobs::Knob kMemoryAlignment = knobs::declareKnob({
     .backends = {"cpu"},
 });
 
+const knobs::Knob kMemoryOrder = knobs::declareKnob({
+    .name = "cpu.memory.order",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"size", "time"},
+    .defaultValue = "size",
+    .help = "the order in which the reuse planner places values: size, largest first; time, in "
+            "the order the plan defines them",
+    .backends = {"cpu"},
+});
+
+backends::Order memoryOrder(const knobs::Route& route) {
+  return route.value(kMemoryOrder) == "time" ? backends::Order::kTime : backends::Order::kSize;
+}
+
 int64_t memoryAlignment(const knobs::Route& route) {
   return route.value(kMemoryAlignment) == "4096" ? 4096 : 64;
 }

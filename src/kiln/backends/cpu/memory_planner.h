@@ -12,6 +12,10 @@ namespace kiln::cpu {
 
 extern const knobs::Knob kMemoryPlanner;
 extern const knobs::Knob kMemoryAlignment;
+extern const knobs::Knob kMemoryOrder;
+
+// cpu.memory.order: the order in which the reuse planner places values.
+backends::Order memoryOrder(const knobs::Route& route);
 
 // The byte alignment of each value's offset in the arena that `route` asks for.
 int64_t memoryAlignment(const knobs::Route& route);

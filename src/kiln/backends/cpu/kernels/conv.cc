@@ -185,7 +185,7 @@ class ConvStep : public Step {
     const int64_t columnFloats = choice_.algo == ConvAlgo::kIm2col ? s.patch() * tasks.tile : 0;
     if (tasks.parallel) {
       scratch_.prepare(pool.chunkCount(tasks.count, 1), columnFloats);
-      SingleThreadedBlas serial(choice_.source);
+      SingleThreadedBlas serial(choice_.gemm().source);
       pool.parallelFor(tasks.count, 1, [&](int64_t begin, int64_t end) {
         float* columns = scratch_.take();
         for (int64_t task = begin; task < end; ++task) runTask(o, tasks, task, columns, nullptr);
@@ -466,6 +466,17 @@ std::string convTactic(const ConvChoice& choice) {
   std::string tactic = choice.algo == ConvAlgo::kIm2col ? "im2col+" : "pointwise+";
   tactic += choice.gemm().native() ? "native" : "blas";
   if (choice.maxTile > 0) tactic += ".tile" + std::to_string(choice.maxTile);
+  const GemmOptions& o = choice.gemm();
+  if (!o.native()) return tactic;
+  if (o.kc != kDefaultGemmKc) tactic += ".kc" + std::to_string(o.kc);
+  if (choice.requestedKernel != "auto") {
+    tactic += o.kernel == GemmKernel::kAuto ? ".auto-no-" + choice.requestedKernel
+                                            : "." + choice.requestedKernel;
+  }
+  if (o.blockAKiB != kDefaultGemmBlockAKiB) tactic += ".a" + std::to_string(o.blockAKiB) + "k";
+  if (o.blockBKiB != kDefaultGemmBlockBKiB) tactic += ".b" + std::to_string(o.blockBKiB) + "k";
+  if (o.split == GemmSplit::kRows) tactic += ".rows";
+  if (o.split == GemmSplit::kColumns) tactic += ".columns";
   return tactic;
 }
 
@@ -482,9 +493,15 @@ std::unique_ptr<Step> makeConvStep(const ir::Node& node, const knobs::Route& rou
   if (algo == "reference") return nullptr;
   const std::optional<ConvShape> shape = ConvShape::fromNode(node, nhwc);
   if (!shape) return nullptr;
-  const ConvChoice choice{
-      chooseAlgo(algo, *shape), route.intValue(kIm2colTile, &node), gemmSourceFor(node, route),
-      route.value(kConvPrecision, &node) == "bf16" ? GemmPrecision::kBf16 : GemmPrecision::kFp32};
+  ConvChoice choice{
+      .algo = chooseAlgo(algo, *shape),
+      .maxTile = route.intValue(kIm2colTile, &node),
+      .gemmOptions = gemmOptionsFor(node, route),
+      .requestedKernel = route.value(kGemmKernel, &node),
+  };
+  // A convolution's GEMMs take cpu.conv.precision, not cpu.gemm.precision.
+  choice.gemmOptions.precision =
+      route.value(kConvPrecision, &node) == "bf16" ? GemmPrecision::kBf16 : GemmPrecision::kFp32;
   std::unique_ptr<Step> step;
   if (nhwc) {
     step = makeNhwcConvStep(*shape, choice, *epilogue);
@@ -493,7 +510,7 @@ std::unique_ptr<Step> makeConvStep(const ir::Node& node, const knobs::Route& rou
     step->tactic = convTactic(choice);
   }
   // The direct and depthwise kernels compute in float32 whatever the knob says.
-  if (choice.precision == GemmPrecision::kBf16 &&
+  if (choice.gemm().precision == GemmPrecision::kBf16 &&
       step->tactic.find("direct") == std::string::npos &&
       step->tactic.find("depthwise") == std::string::npos) {
     step->precision = "bf16";

@@ -51,15 +51,16 @@ struct ConvShape {
 
 enum class ConvAlgo { kIm2col, kDirect, kPointwise, kDepthwise };
 
-// cpu.conv.algo, cpu.conv.im2col_tile, cpu.conv.precision and the GEMM source resolved for one
-// node.
+// cpu.conv.algo, cpu.conv.im2col_tile and the GEMM options resolved for one node.
 struct ConvChoice {
   ConvAlgo algo = ConvAlgo::kIm2col;
   int64_t maxTile = 0;  // output pixels per im2col/pointwise task; 0: the whole image
-  GemmSource source = GemmSource::kBlas;
-  GemmPrecision precision = GemmPrecision::kFp32;  // cpu.conv.precision (GEMM-based algos only)
+  // Built once per node: gemmOptionsFor's (source, cpu.gemm.kc, kernel, block_a, block_b, split),
+  // with the precision cpu.conv.precision asks for.
+  GemmOptions gemmOptions;
+  std::string requestedKernel = "auto";  // cpu.gemm.kernel as asked, for the tactic
 
-  GemmOptions gemm() const { return {.source = source, .precision = precision}; }
+  const GemmOptions& gemm() const { return gemmOptions; }
 };
 
 // How a GEMM-based convolution's work splits: `count` tasks, each `tile` output pixels of one of
@@ -116,7 +117,9 @@ void finishRows(float* out, const float* residual, int64_t rows, int64_t length,
                 const float* bias, bool biasPerRow, const Epilogue& epilogue);
 
 // The tactic a choice names: "direct", "depthwise", or "im2col+<source>" / "pointwise+<source>"
-// (source "blas" or "native") with ".tile<N>" when tasks are at most N output pixels.
+// (source "blas" or "native") with ".tile<N>" when tasks are at most N output pixels, then, for
+// the native source, each GEMM option that is not the default (".kc128", ".avx2" or
+// ".auto-no-avx512", ".a96k", ".b1024k", ".rows" or ".columns").
 std::string convTactic(const ConvChoice& choice);
 
 // One output plane of an NCHW depthwise convolution (conv_depthwise.cc): out = bias + the

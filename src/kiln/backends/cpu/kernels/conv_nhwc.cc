@@ -159,7 +159,7 @@ class NhwcConvStep : public Step {
     const int64_t columnFloats = choice_.algo == ConvAlgo::kIm2col ? tasks.tile * s.patch() : 0;
     if (tasks.parallel) {
       scratch_.prepare(pool.chunkCount(tasks.count, 1), columnFloats);
-      SingleThreadedBlas serial(choice_.source);
+      SingleThreadedBlas serial(choice_.gemm().source);
       pool.parallelFor(tasks.count, 1, [&](int64_t begin, int64_t end) {
         float* columns = scratch_.take();
         for (int64_t task = begin; task < end; ++task) runTask(o, tasks, task, columns, nullptr);

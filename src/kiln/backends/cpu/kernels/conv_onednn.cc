@@ -14,7 +14,8 @@
 // loaded). So every oneDNN call runs on one thread, and the step splits the convolution itself
 // into slices, one primitive each, run on the plan's pool: runs of output channels (of groups)
 // in NCHW, runs of output rows or whole images in NHWC, so that each slice's part of the tensors
-// is contiguous there.
+// is contiguous there (cpu.onednn.split=auto; channels, rows and none choose otherwise, a slice
+// then reading and writing strided parts of the tensors where they are not contiguous).
 //
 // Without oneDNN (KILN_HAVE_ONEDNN unset) none of the knobs below exist, as the CUDA backend's
 // do not without CUDA, and the factory takes no node.
@@ -97,6 +98,35 @@ const knobs::Knob kOnednnPostops = knobs::declareKnob({
     .help = "oneDNN convolutions add the bias, FusedConv's residual (a sum post-op) and its "
             "activation (eltwise post-ops) inside the primitive instead of running bare and "
             "leaving all three to kiln's epilogue afterwards",
+    .backends = {"cpu"},
+    .perNode = true,
+});
+
+const knobs::Knob kOnednnSplit = knobs::declareKnob({
+    .name = "cpu.onednn.split",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"auto", "channels", "rows", "none"},
+    .defaultValue = "auto",
+    .help = "how a oneDNN convolution is sliced over the plan's threads, one single-threaded "
+            "primitive per slice. auto: channels in NCHW graphs, rows in NHWC ones. channels: "
+            "runs of output channels (of whole groups), every image and row. rows: whole images "
+            "or, for one image, runs of output rows, all channels. none: one primitive on the "
+            "calling thread for the whole convolution. Values other than auto are named in the "
+            "tactic (.split_<value>_x<slices>).",
+    .backends = {"cpu"},
+    .perNode = true,
+});
+
+const knobs::Knob kOnednnWeights = knobs::declareKnob({
+    .name = "cpu.onednn.weights",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"blocked", "plain"},
+    .defaultValue = "blocked",
+    .help = "weights format of oneDNN convolutions, reordered into once at build time. blocked: "
+            "the format oneDNN's fastest kernel asks for (blocks of input and output channels). "
+            "plain: the graph's own layout (oihw in NCHW graphs, hwio in NHWC ones; goihw and "
+            "hwigo when grouped), named .weights_plain in the tactic, for which oneDNN 2.6 runs "
+            "its GEMM-based or reference kernels instead (a node it has none for stays native).",
     .backends = {"cpu"},
     .perNode = true,
 });
@@ -184,7 +214,9 @@ struct OnednnChoice {
   bool winograd = false;
   bool blocked = true;
   bool postops = true;
-  bool nhwc = false;  // kiln.NhwcConv: NHWC tensors, [kH, kW, C/group, M] weights
+  std::string split = "auto";  // cpu.onednn.split
+  bool plainWeights = false;   // cpu.onednn.weights=plain
+  bool nhwc = false;           // kiln.NhwcConv: NHWC tensors, [kH, kW, C/group, M] weights
   bool hasBias = false, hasResidual = false;
   std::vector<EltwiseOp> activation;
 
@@ -340,15 +372,18 @@ std::optional<SliceDescription> describeSlice(const ConvShape& s, const SliceRan
   for (const EltwiseOp& op : choice.activation) {
     fusedOps.append_eltwise(1.0f, op.algorithm, op.alpha, op.beta);
   }
+  const Tag plainWeights =
+      s.group > 1 ? (choice.nhwc ? Tag::hwigo : Tag::goihw) : (choice.nhwc ? Tag::hwio : Tag::oihw);
+  const memory::desc weightsDesc(weights, DataType::f32,
+                                 choice.plainWeights ? plainWeights : Tag::any);
   SliceDescription d;
   const auto describe = [&](dnnl::algorithm algorithm, bool fused) {
     const memory::desc bias = fused && choice.hasBias
                                   ? memory::desc({r.outCount}, DataType::f32, Tag::a)
                                   : memory::desc();
     const dnnl::convolution_forward::desc desc(
-        dnnl::prop_kind::forward_inference, algorithm, formatOf(srcDims(s, r)),
-        memory::desc(weights, DataType::f32, Tag::any), bias, formatOf(dstDims(s, r)),
-        window.strides, window.dilations, {r.padTop, window.padBegin[1]},
+        dnnl::prop_kind::forward_inference, algorithm, formatOf(srcDims(s, r)), weightsDesc, bias,
+        formatOf(dstDims(s, r)), window.strides, window.dilations, {r.padTop, window.padBegin[1]},
         {r.padBottom, window.padEnd[1]});
     d.pd = dnnl::convolution_forward::primitive_desc(
         desc, attrFor(fused ? fusedOps : dnnl::post_ops()), cpuEngine(), /*allow_empty=*/true);
@@ -639,18 +674,21 @@ class OnednnConvStep : public Step {
   void finish(const SliceRange& r, const Pointers& p) const {
     const ConvShape& s = shape_;
     if (nhwc_) {
-      // Whole pixels (all channels) of whole rows: one contiguous run.
+      // The slice's channels of whole pixels of its rows: rows of outCount floats, a pixel apart.
       const int64_t offset =
-          ((r.imageFirst * s.outHeight + r.outRowFirst) * s.outWidth) * s.outChannels;
+          ((r.imageFirst * s.outHeight + r.outRowFirst) * s.outWidth) * s.outChannels + r.outFirst;
       finishRows(p.y + offset, p.residual ? p.residual + offset : nullptr,
-                 r.images * r.outRows * s.outWidth, s.outChannels, s.outChannels, p.bias, false,
-                 epilogue_);
+                 r.images * r.outRows * s.outWidth, r.outCount, s.outChannels,
+                 p.bias ? p.bias + r.outFirst : nullptr, false, epilogue_);
       return;
     }
+    // Each of the slice's channels of each image: its rows' run of one plane.
     for (int64_t n = r.imageFirst; n < r.imageFirst + r.images; ++n) {
-      const int64_t offset = (n * s.outChannels + r.outFirst) * s.pixels();
-      finishRows(p.y + offset, p.residual ? p.residual + offset : nullptr, r.outCount, s.pixels(),
-                 s.pixels(), p.bias ? p.bias + r.outFirst : nullptr, true, epilogue_);
+      const int64_t offset =
+          (n * s.outChannels + r.outFirst) * s.pixels() + r.outRowFirst * s.outWidth;
+      finishRows(p.y + offset, p.residual ? p.residual + offset : nullptr, r.outCount,
+                 r.outRows * s.outWidth, s.pixels(), p.bias ? p.bias + r.outFirst : nullptr, true,
+                 epilogue_);
     }
   }
 
@@ -668,14 +706,17 @@ class OnednnConvStep : public Step {
 std::unique_ptr<Step> createStep(const ConvShape& s, const OnednnWindow& window,
                                  const OnednnChoice& choice, int threads, const Epilogue& epilogue,
                                  const ir::Tensor& weights) {
-  const std::vector<SliceRange> ranges =
-      choice.nhwc ? rowSlices(s, window, threads) : channelSlices(s, window, threads);
-  // NCHW slices of an ungrouped convolution all read every input channel: one reorder of the
-  // input serves them, where the first slice's primitive wants another format than NCHW.
+  const bool byChannels = choice.split == "channels" || (choice.split == "auto" && !choice.nhwc);
+  const std::vector<SliceRange> ranges = choice.split == "none"
+                                             ? std::vector<SliceRange>{wholeRange(s, window)}
+                                         : byChannels ? channelSlices(s, window, threads)
+                                                      : rowSlices(s, window, threads);
+  // NCHW channel slices of an ungrouped convolution all read every input channel: one reorder of
+  // the input serves them, where the first slice's primitive wants another format than NCHW.
   std::optional<memory> sharedSrc;
   std::optional<Reorder> sharedSrcIn;
   memory sharedX;
-  if (!choice.nhwc && s.group == 1 && ranges.size() > 1) {
+  if (!choice.nhwc && byChannels && s.group == 1 && ranges.size() > 1) {
     const std::optional<SliceDescription> d = describeSlice(s, ranges.front(), window, choice);
     if (!d) return nullptr;
     const memory::desc plain = choice.plain({s.batch, s.channels, s.height, s.width});
@@ -696,8 +737,13 @@ std::unique_ptr<Step> createStep(const ConvShape& s, const OnednnWindow& window,
     if (!slice) return nullptr;
     slices.push_back(std::move(*slice));
   }
-  return std::make_unique<OnednnConvStep>(s, choice.nhwc, std::move(slices), std::move(sharedSrcIn),
-                                          std::move(sharedX), epilogue);
+  auto step = std::make_unique<OnednnConvStep>(
+      s, choice.nhwc, std::move(slices), std::move(sharedSrcIn), std::move(sharedX), epilogue);
+  if (choice.plainWeights) step->tactic += ".weights_plain";
+  if (choice.split != "auto") {
+    step->tactic += ".split_" + choice.split + "_x" + std::to_string(ranges.size());
+  }
+  return step;
 }
 
 }  // namespace
@@ -723,6 +769,8 @@ std::unique_ptr<Step> makeOnednnConvStep(const ir::Node& node, const knobs::Rout
       .blocked = route.value(kOnednnLayout, &node) == "blocked" ||
                  (route.value(kOnednnLayout, &node) == "auto" && !nhwc),
       .postops = route.value(kOnednnPostops, &node) == "on",
+      .split = route.value(kOnednnSplit, &node),
+      .plainWeights = route.value(kOnednnWeights, &node) == "plain",
       .nhwc = nhwc,
       .hasBias = node.input(2) != nullptr,
       .hasResidual = node.input(3) != nullptr,
