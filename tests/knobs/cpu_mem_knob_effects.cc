@@ -63,6 +63,39 @@ KILN_KNOB_EFFECT({
         },
 });
 
+// x [32] -> Pad to [48] (an output) -> Neg; Neg(x); Concat of the two Negs [80] (an output) ->
+// Neg (an output): six values of 2, 3, 3, 2, 5 and 5 units of 64 bytes, found by a search over
+// small graphs for one where the fits differ. Largest first, first fit packs them in 13 units
+// (832 bytes); best fit puts the 3-unit Neg in a tighter gap that later forces a 5-unit value
+// past the end: 15 units (960 bytes).
+ir::Graph fitChooser() {
+  GraphSketch g;
+  auto x = g.input("x", {32});
+  auto pads = g.constant("pads", ir::Tensor::fromVector<int64_t>(ir::Shape{2}, {0, 16}));
+  auto padded = g.node("Pad", {x, pads}, {}, "pad");
+  auto n1 = g.node("Neg", {padded}, {}, "n1");
+  auto n2 = g.node("Neg", {x}, {}, "n2");
+  auto cat = g.node("Concat", {n2, n1}, {{"axis", ir::Attribute{int64_t{0}}}}, "cat");
+  g.output(padded);
+  g.output(cat);
+  g.output(g.node("Neg", {cat}, {}, "n3"));
+  return g.take();
+}
+
+KILN_KNOB_EFFECT({
+    .knob = "cpu.memory.fit",
+    .value = "best",
+    .shows = "placing each value in the smallest gap that holds it instead of the lowest one "
+             "gives this graph a larger arena (best fit is not always better)",
+    .graph = fitChooser,
+    .baseRoute = "-cpu.memory.in_place=off -fusion.eltwise_chain=off",
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.arenaBytes, 13 * 64) << base.summary();
+          EXPECT_EQ(changed.arenaBytes, 15 * 64) << changed.summary();
+        },
+});
+
 KILN_KNOB_EFFECT({
     .knob = "cpu.layernorm.variance",
     .value = "one_pass",

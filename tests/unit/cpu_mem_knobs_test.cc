@@ -158,7 +158,7 @@ TEST(CpuMemoryPlanner, EveryFitAndOrderKeepsLiveValuesApart) {
     }
   }
   // First fit takes the lowest gap that holds a value, best fit the smallest: here best fit
-  // leaves the worse arena (896 against 1024 bytes): first fit stays the planner's default.
+  // leaves the worse arena (896 against 1024 bytes), which is why first is the default.
   const std::vector<cpu::Lifetime> gaps = {{4 * 64, -1, 3}, {3 * 64, 0, 2}, {3 * 64, 1, 4},
                                            {4 * 64, 2, 4},  {2 * 64, 3, 4}, {3 * 64, 4, 5}};
   EXPECT_EQ(cpu::planMemory(gaps, true, 64, backends::Fit::kFirst).arenaBytes, 896);

@@ -165,6 +165,7 @@ Result<Plan> lowerToCpu(std::shared_ptr<const ir::Graph> graph, const knobs::Rou
   }
   requests.reuse = route.value(kMemoryPlanner) == "reuse";
   requests.alignment = memoryAlignment(route);
+  requests.fit = memoryFit(route);
   requests.order = memoryOrder(route);
   plan.arenaAlignment_ = requests.alignment;
   const backends::BufferAssignment memory = backends::assignBuffers(*graph, requests);

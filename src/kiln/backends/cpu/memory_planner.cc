@@ -22,6 +22,18 @@ const knobs::Knob kMemoryAlignment = knobs::declareKnob({
     .backends = {"cpu"},
 });
 
+const knobs::Knob kMemoryFit = knobs::declareKnob({
+    .name = "cpu.memory.fit",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"first", "best"},
+    .defaultValue = "first",
+    .help =
+        "where the reuse planner puts a value among the gaps left by overlapping values already "
+        "placed: first, the lowest gap that holds it; best, the smallest such gap (neither "
+        "always gives the smaller arena)",
+    .backends = {"cpu"},
+});
+
 const knobs::Knob kMemoryOrder = knobs::declareKnob({
     .name = "cpu.memory.order",
     .kind = knobs::KnobKind::kEnum,
@@ -31,6 +43,10 @@ const knobs::Knob kMemoryOrder = knobs::declareKnob({
             "the order the plan defines them",
     .backends = {"cpu"},
 });
+
+backends::Fit memoryFit(const knobs::Route& route) {
+  return route.value(kMemoryFit) == "best" ? backends::Fit::kBest : backends::Fit::kFirst;
+}
 
 backends::Order memoryOrder(const knobs::Route& route) {
   return route.value(kMemoryOrder) == "time" ? backends::Order::kTime : backends::Order::kSize;

@@ -12,9 +12,11 @@ namespace kiln::cpu {
 
 extern const knobs::Knob kMemoryPlanner;
 extern const knobs::Knob kMemoryAlignment;
+extern const knobs::Knob kMemoryFit;
 extern const knobs::Knob kMemoryOrder;
 
-// cpu.memory.order: the order in which the reuse planner places values.
+// cpu.memory.fit and cpu.memory.order: how the reuse planner places values.
+backends::Fit memoryFit(const knobs::Route& route);
 backends::Order memoryOrder(const knobs::Route& route);
 
 // The byte alignment of each value's offset in the arena that `route` asks for.
