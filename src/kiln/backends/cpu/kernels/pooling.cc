@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "kiln/backends/cpu/kernels/fast_math.h"
 #include "kiln/backends/cpu/kernels/steps.h"
@@ -424,6 +425,45 @@ class GlobalPoolStep : public Step {
   bool max_;
 };
 
+// One NHWC output pixel: its window's taps (channel rows of the input, `count` of them, none for
+// a window wholly in padding) reduced element by element into `out`'s channel row, the first two
+// taps combined straight into it. combine<> keeps the reference's NaN rule branch-free, and the
+// clones run the channel loops on AVX-512 or AVX2: with the branchy form on SSE2, squeezenet's
+// first pool took 0.29 ms at 2 threads.
+template <bool Max>
+[[gnu::always_inline]] inline void reducePixel(const float* const* taps, int64_t count, int64_t c,
+                                               float* __restrict out, float divisor) {
+  if (count == 0) {
+    // A window wholly in padding: -inf for the max, as the reference kernel's; 0 over the
+    // divisor for the average.
+    const float empty = Max ? -std::numeric_limits<float>::infinity() : 0.0f / divisor;
+    std::fill(out, out + c, empty);
+    return;
+  }
+  const float* __restrict first = taps[0];
+  if (count == 1) {
+    for (int64_t i = 0; i < c; ++i) out[i] = Max ? first[i] : first[i] / divisor;
+    return;
+  }
+  const float* __restrict second = taps[1];
+  for (int64_t i = 0; i < c; ++i) out[i] = combine<Max>(first[i], second[i]);
+  for (int64_t t = 2; t < count; ++t) {
+    const float* __restrict next = taps[t];
+    for (int64_t i = 0; i < c; ++i) out[i] = combine<Max>(out[i], next[i]);
+  }
+  if constexpr (!Max) {
+    for (int64_t i = 0; i < c; ++i) out[i] /= divisor;
+  }
+}
+
+KILN_ELTWISE_CLONES void maxPixel(const float* const* taps, int64_t count, int64_t c, float* out) {
+  reducePixel<true>(taps, count, c, out, 1.0f);
+}
+KILN_ELTWISE_CLONES void averagePixel(const float* const* taps, int64_t count, int64_t c,
+                                      float* out, float divisor) {
+  reducePixel<false>(taps, count, c, out, divisor);
+}
+
 // kiln.NhwcMaxPool / NhwcAveragePool on [N, H, W, C]: per output pixel, the window's taps are
 // whole channel rows, reduced element by element into the output's channel row.
 class NhwcWindowPoolStep : public Step {
@@ -456,38 +496,25 @@ class NhwcWindowPoolStep : public Step {
     const int64_t dilH = g_.dilations[0], dilW = g_.dilations[1], c = channels_;
     const int64_t n = row / outH;
     const AxisWindow& r = rows_[static_cast<size_t>(row % outH)];
+    std::vector<const float*> taps;
+    taps.reserve(static_cast<size_t>(g_.kernel[0] * g_.kernel[1]));
     for (int64_t ox = 0; ox < outW; ++ox) {
       const AxisWindow& w = cols_[static_cast<size_t>(ox)];
-      float* __restrict out = y + (row * outW + ox) * c;
-      if (max_) {
-        // A window wholly in padding yields -inf, as the reference kernel's does.
-        std::fill(out, out + c, -std::numeric_limits<float>::infinity());
-      } else {
-        std::fill(out, out + c, 0.0f);
-      }
-      bool first = true;
+      taps.clear();
       for (int64_t ky = r.first; ky < r.last; ++ky) {
         const int64_t iy = r.start + ky * dilH;
         for (int64_t kx = w.first; kx < w.last; ++kx) {
-          const float* __restrict in = x + ((n * inH + iy) * inW + w.start + kx * dilW) * c;
-          if (max_ && first) {
-            std::memcpy(out, in, sizeof(float) * c);
-          } else if (max_) {
-            // NaN loses to any number but a window of NaNs stays NaN (the reference rule).
-            for (int64_t i = 0; i < c; ++i) {
-              out[i] = in[i] > out[i] || out[i] != out[i] ? in[i] : out[i];
-            }
-          } else {
-            for (int64_t i = 0; i < c; ++i) out[i] += in[i];
-          }
-          first = false;
+          taps.push_back(x + ((n * inH + iy) * inW + w.start + kx * dilW) * c);
         }
       }
-      if (!max_) {
-        const int64_t count =
+      float* out = y + (row * outW + ox) * c;
+      const auto count = static_cast<int64_t>(taps.size());
+      if (max_) {
+        maxPixel(taps.data(), count, c, out);
+      } else {
+        const int64_t divisor =
             countIncludePad_ ? r.padded * w.padded : (r.last - r.first) * (w.last - w.first);
-        const float divisor = static_cast<float>(count);
-        for (int64_t i = 0; i < c; ++i) out[i] /= divisor;
+        averagePixel(taps.data(), count, c, out, static_cast<float>(divisor));
       }
     }
   }
