@@ -18,6 +18,7 @@
 #include "kiln/reference/executor.h"
 // After op_schema.h, which it needs.
 #include "../knobs/graph_sketch.h"
+#include "cpu_conv_test_util.h"
 
 namespace kiln::testing {
 namespace {
@@ -26,88 +27,7 @@ using cpu::Step;
 using ir::Attribute;
 using ir::Shape;
 using ir::Tensor;
-using Attributes = std::map<std::string, Attribute>;
-using GraphFactory = std::function<ir::Graph()>;
-
-Attribute intAttr(int64_t v) { return {v}; }
-
-std::vector<Tensor> randomInputs(const ir::Graph& graph, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  std::vector<Tensor> inputs;
-  for (const ir::Value* input : graph.inputs) {
-    Tensor tensor(ir::DType::kFloat32, input->shape);
-    for (float& v : tensor.mutableData<float>()) v = uniform(rng);
-    inputs.push_back(std::move(tensor));
-  }
-  return inputs;
-}
-
-std::vector<Tensor> runReference(const GraphFactory& make, const std::vector<Tensor>& inputs) {
-  ir::Graph graph = make();
-  const Status inferred = ir::inferShapes(graph, nullptr);
-  EXPECT_TRUE(inferred.isOk()) << inferred.toString();
-  if (!inferred.isOk()) return {};
-  auto executor = reference::ReferenceExecutor::create(graph);
-  EXPECT_TRUE(executor.isOk()) << executor.status().toString();
-  if (!executor.isOk()) return {};
-  auto outputs = executor->run(inputs);
-  EXPECT_TRUE(outputs.isOk()) << outputs.status().toString();
-  return outputs.isOk() ? *outputs : std::vector<Tensor>{};
-}
-
-struct CpuRun {
-  std::map<std::string, std::string> tactics;  // by node name
-  std::map<std::string, std::string> ops;      // by node name
-  std::map<std::string, std::string> layouts;  // by node name
-  std::vector<Tensor> outputs;
-
-  std::string tactic(const std::string& name) const {
-    auto it = tactics.find(name);
-    return it == tactics.end() ? "(no step)" : it->second;
-  }
-};
-
-// Builds and runs the graph twice (a second run must give the same outputs: the step's
-// buffers and reorders are reused).
-CpuRun runCpu(const GraphFactory& make, const std::string& route,
-              const std::vector<Tensor>& inputs) {
-  CpuRun run;
-  BuilderConfig config;
-  Status routed = config.setBuildRoute(route);
-  EXPECT_TRUE(routed.isOk()) << routed.toString();
-  auto build = buildCpu(make(), config);
-  EXPECT_TRUE(build.isOk()) << build.status().toString();
-  if (!build.isOk()) return run;
-  for (const auto& step : build->plan.steps()) {
-    run.tactics[step->node->name] = step->tactic;
-    run.ops[step->node->name] = step->node->opType;
-    run.layouts[step->node->name] = step->layout;
-  }
-  auto first = build->plan.run(inputs);
-  EXPECT_TRUE(first.isOk()) << first.status().toString();
-  auto second = build->plan.run(inputs);
-  EXPECT_TRUE(second.isOk()) << second.status().toString();
-  if (!first.isOk() || !second.isOk()) return run;
-  for (size_t o = 0; o < first->size(); ++o) {
-    EXPECT_EQ(std::memcmp((*first)[o].rawData(), (*second)[o].rawData(), (*first)[o].byteSize()), 0)
-        << "output " << o << " changed between runs";
-  }
-  run.outputs = std::move(*first);
-  return run;
-}
-
-void expectClose(const std::vector<Tensor>& actual, const std::vector<Tensor>& expected,
-                 double tolerance = 1e-4) {
-  ASSERT_EQ(actual.size(), expected.size());
-  for (size_t o = 0; o < expected.size(); ++o) {
-    ASSERT_EQ(actual[o].shape(), expected[o].shape());
-    for (int64_t i = 0; i < expected[o].elementCount(); ++i) {
-      const double e = expected[o].elementAsDouble(i), a = actual[o].elementAsDouble(i);
-      ASSERT_NEAR(a, e, tolerance + tolerance * std::fabs(e)) << "output " << o << " element " << i;
-    }
-  }
-}
+using CpuRun = RepeatedCpuRun;
 
 struct ConvCase {
   const char* name;
@@ -190,7 +110,7 @@ TEST_P(OnednnSplit, EverySplitWeightsLayoutPostopsAndThreadCountMatchesReference
                   "-cpu.threads={}",
                   graphLayout, split, weights, layout, postops, threads);
               SCOPED_TRACE(route);
-              const CpuRun run = runCpu(make, route, inputs);
+              const CpuRun run = runCpuTwice(make, route, inputs);
               if (c.fusedResidualRelu) {
                 ASSERT_EQ(run.tactics.count("add") + run.tactics.count("relu"), 0u)
                     << "the chain was not fused into the convolution";
@@ -230,7 +150,7 @@ TEST(OnednnSplit, TwoThreadsSliceAsAsked) {
   const std::vector<Tensor> inputs = randomInputs(make(), 3);
   for (const char* graphLayout : {"nchw", "nhwc"}) {
     const auto tactic = [&](const char* split) {
-      return tacticOf(runCpu(
+      return tacticOf(runCpuTwice(
           make,
           fmt::format("-graph.layout={} -cpu.threads=2 -cpu.onednn.split={}", graphLayout, split),
           inputs));
@@ -280,7 +200,7 @@ TEST(NativeConvGemmOptions, NonDefaultValuesReachTheTacticAndKeepResults) {
             graphLayout, threads);
         {
           SCOPED_TRACE(c.name + std::string(" ") + base);
-          const CpuRun run = runCpu(make, base, inputs);
+          const CpuRun run = runCpuTwice(make, base, inputs);
           EXPECT_NE(tacticOf(run).find(algo), std::string::npos) << tacticOf(run);
           EXPECT_TRUE(tacticOf(run).ends_with("+native.tile1024")) << tacticOf(run);
           expectClose(run.outputs, expected);
@@ -288,7 +208,7 @@ TEST(NativeConvGemmOptions, NonDefaultValuesReachTheTacticAndKeepResults) {
         for (const Option& option : options) {
           const std::string route = base + " " + option.route;
           SCOPED_TRACE(c.name + std::string(" ") + route);
-          const CpuRun run = runCpu(make, route, inputs);
+          const CpuRun run = runCpuTwice(make, route, inputs);
           const std::string tactic = tacticOf(run);
           EXPECT_NE(tactic.find(algo), std::string::npos) << tactic;
           EXPECT_TRUE(tactic.ends_with(std::string("+native.tile1024") + option.suffix)) << tactic;
@@ -303,10 +223,10 @@ TEST(NativeConvGemmOptions, BlasConvolutionsNameNoNativeOptions) {
   const ConvCase c{"3x3", {1, 16, 6, 6}, {16, 16, 3, 3}, {{"pads", ints({1, 1, 1, 1})}}};
   const GraphFactory make = convGraph(c);
   const std::vector<Tensor> inputs = randomInputs(make(), 5);
-  const CpuRun run = runCpu(make,
-                            "-graph.layout=nchw -cpu.conv.source=native -cpu.conv.algo=im2col "
-                            "-cpu.gemm.source=blas -cpu.gemm.kc=128 -cpu.gemm.split=rows",
-                            inputs);
+  const CpuRun run = runCpuTwice(make,
+                                 "-graph.layout=nchw -cpu.conv.source=native -cpu.conv.algo=im2col "
+                                 "-cpu.gemm.source=blas -cpu.gemm.kc=128 -cpu.gemm.split=rows",
+                                 inputs);
   EXPECT_EQ(tacticOf(run), "im2col+blas.tile1024");
   expectClose(run.outputs, runReference(make, inputs));
 }

@@ -20,6 +20,7 @@
 #include "kiln/reference/executor.h"
 // After op_schema.h, which it needs.
 #include "../knobs/graph_sketch.h"
+#include "cpu_conv_test_util.h"
 
 namespace kiln::testing {
 namespace {
@@ -28,88 +29,7 @@ using cpu::Step;
 using ir::Attribute;
 using ir::Shape;
 using ir::Tensor;
-using Attributes = std::map<std::string, Attribute>;
-using GraphFactory = std::function<ir::Graph()>;
-
-Attribute intAttr(int64_t v) { return {v}; }
-
-std::vector<Tensor> randomInputs(const ir::Graph& graph, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  std::vector<Tensor> inputs;
-  for (const ir::Value* input : graph.inputs) {
-    Tensor tensor(ir::DType::kFloat32, input->shape);
-    for (float& v : tensor.mutableData<float>()) v = uniform(rng);
-    inputs.push_back(std::move(tensor));
-  }
-  return inputs;
-}
-
-std::vector<Tensor> runReference(const GraphFactory& make, const std::vector<Tensor>& inputs) {
-  ir::Graph graph = make();
-  const Status inferred = ir::inferShapes(graph, nullptr);
-  EXPECT_TRUE(inferred.isOk()) << inferred.toString();
-  if (!inferred.isOk()) return {};
-  auto executor = reference::ReferenceExecutor::create(graph);
-  EXPECT_TRUE(executor.isOk()) << executor.status().toString();
-  if (!executor.isOk()) return {};
-  auto outputs = executor->run(inputs);
-  EXPECT_TRUE(outputs.isOk()) << outputs.status().toString();
-  return outputs.isOk() ? *outputs : std::vector<Tensor>{};
-}
-
-struct CpuRun {
-  std::map<std::string, std::string> tactics;  // by node name
-  std::map<std::string, std::string> ops;      // by node name
-  std::map<std::string, std::string> layouts;  // by node name
-  std::vector<Tensor> outputs;
-
-  std::string tactic(const std::string& name) const {
-    auto it = tactics.find(name);
-    return it == tactics.end() ? "(no step)" : it->second;
-  }
-};
-
-// Builds and runs the graph twice (a second run must give the same outputs: the step's
-// buffers and reorders are reused).
-CpuRun runCpu(const GraphFactory& make, const std::string& route,
-              const std::vector<Tensor>& inputs) {
-  CpuRun run;
-  BuilderConfig config;
-  Status routed = config.setBuildRoute(route);
-  EXPECT_TRUE(routed.isOk()) << routed.toString();
-  auto build = buildCpu(make(), config);
-  EXPECT_TRUE(build.isOk()) << build.status().toString();
-  if (!build.isOk()) return run;
-  for (const auto& step : build->plan.steps()) {
-    run.tactics[step->node->name] = step->tactic;
-    run.ops[step->node->name] = step->node->opType;
-    run.layouts[step->node->name] = step->layout;
-  }
-  auto first = build->plan.run(inputs);
-  EXPECT_TRUE(first.isOk()) << first.status().toString();
-  auto second = build->plan.run(inputs);
-  EXPECT_TRUE(second.isOk()) << second.status().toString();
-  if (!first.isOk() || !second.isOk()) return run;
-  for (size_t o = 0; o < first->size(); ++o) {
-    EXPECT_EQ(std::memcmp((*first)[o].rawData(), (*second)[o].rawData(), (*first)[o].byteSize()), 0)
-        << "output " << o << " changed between runs";
-  }
-  run.outputs = std::move(*first);
-  return run;
-}
-
-void expectClose(const std::vector<Tensor>& actual, const std::vector<Tensor>& expected,
-                 double tolerance = 1e-4) {
-  ASSERT_EQ(actual.size(), expected.size());
-  for (size_t o = 0; o < expected.size(); ++o) {
-    ASSERT_EQ(actual[o].shape(), expected[o].shape());
-    for (int64_t i = 0; i < expected[o].elementCount(); ++i) {
-      const double e = expected[o].elementAsDouble(i), a = actual[o].elementAsDouble(i);
-      ASSERT_NEAR(a, e, tolerance + tolerance * std::fabs(e)) << "output " << o << " element " << i;
-    }
-  }
-}
+using CpuRun = RepeatedCpuRun;
 
 struct ConvCase {
   const char* name;
@@ -208,7 +128,7 @@ TEST_P(OnednnConv, EveryGraphLayoutAlgoFormatPostopsAndThreadCountMatchesReferen
                 "-cpu.onednn.layout={} -cpu.onednn.postops={} -cpu.threads={}",
                 graphLayout, algo, layout, postops, threads);
             SCOPED_TRACE(route);
-            const CpuRun run = runCpu(make, route, inputs);
+            const CpuRun run = runCpuTwice(make, route, inputs);
             const std::string tactic = run.tactic("conv");
             EXPECT_TRUE(tactic.starts_with("onednn.")) << tactic;
             EXPECT_EQ(run.layouts.at("conv"), graphLayout);
@@ -296,7 +216,7 @@ TEST(OnednnFusedConv, EachActivationWithAndWithoutResidualMatchesReference) {
                   threads);
               SCOPED_TRACE(fmt::format("{} {} residual {} {}", a.op, geometry.x.toString(),
                                        residual, route));
-              const CpuRun run = runCpu(make, route, inputs);
+              const CpuRun run = runCpuTwice(make, route, inputs);
               ASSERT_EQ(run.tactics.count("add") + run.tactics.count("act"), 0u)
                   << "the chain was not fused into the convolution";
               EXPECT_EQ(run.ops.at("conv"), layout[1] == 'h' ? "NhwcConv" : "FusedConv");
@@ -313,7 +233,7 @@ TEST(OnednnFusedConv, EachActivationWithAndWithoutResidualMatchesReference) {
 }
 
 std::string tacticOf(const GraphFactory& make, const std::string& route) {
-  return runCpu(make, route, randomInputs(make(), 3)).tactic("conv");
+  return runCpuTwice(make, route, randomInputs(make(), 3)).tactic("conv");
 }
 
 const ConvCase& caseNamed(const std::string& name) {
@@ -334,14 +254,14 @@ TEST(OnednnTactics, OnednnByDefaultNativeWhereTheRouteAsksPerNode) {
   };
   const std::vector<Tensor> inputs = randomInputs(make(), 4);
   const std::vector<Tensor> expected = runReference(make, inputs);
-  const CpuRun native = runCpu(make, "-graph.layout=nchw -cpu.conv.source=native", inputs);
+  const CpuRun native = runCpuTwice(make, "-graph.layout=nchw -cpu.conv.source=native", inputs);
   EXPECT_FALSE(native.tactic("a").starts_with("onednn.")) << native.tactic("a");
   EXPECT_FALSE(native.tactic("b").starts_with("onednn.")) << native.tactic("b");
-  const CpuRun both = runCpu(make, "-graph.layout=nchw", inputs);
+  const CpuRun both = runCpuTwice(make, "-graph.layout=nchw", inputs);
   EXPECT_TRUE(both.tactic("a").starts_with("onednn.")) << both.tactic("a");
   EXPECT_TRUE(both.tactic("b").starts_with("onednn.")) << both.tactic("b");
   expectClose(both.outputs, expected);
-  const CpuRun one = runCpu(make, "-graph.layout=nchw -cpu.conv.source@b=native", inputs);
+  const CpuRun one = runCpuTwice(make, "-graph.layout=nchw -cpu.conv.source@b=native", inputs);
   EXPECT_TRUE(one.tactic("a").starts_with("onednn.")) << one.tactic("a");
   EXPECT_EQ(one.tactic("b"), native.tactic("b"));
   expectClose(one.outputs, expected);

@@ -17,6 +17,7 @@
 #include "kiln/reference/executor.h"
 // After op_schema.h, which it needs.
 #include "../knobs/graph_sketch.h"
+#include "cpu_conv_test_util.h"
 #include "cpu_route_util.h"
 
 namespace kiln::testing {
@@ -27,36 +28,6 @@ using cpu::Step;
 using ir::Attribute;
 using ir::Shape;
 using ir::Tensor;
-using Attributes = std::map<std::string, Attribute>;
-using GraphFactory = std::function<ir::Graph()>;
-
-Attribute ints(std::vector<int64_t> v) { return {std::move(v)}; }
-Attribute intAttr(int64_t v) { return {v}; }
-
-std::vector<Tensor> randomInputs(const ir::Graph& graph, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  std::vector<Tensor> inputs;
-  for (const ir::Value* input : graph.inputs) {
-    Tensor tensor(ir::DType::kFloat32, input->shape);
-    for (float& v : tensor.mutableData<float>()) v = uniform(rng);
-    inputs.push_back(std::move(tensor));
-  }
-  return inputs;
-}
-
-std::vector<Tensor> runReference(const GraphFactory& make, const std::vector<Tensor>& inputs) {
-  ir::Graph graph = make();
-  const Status inferred = ir::inferShapes(graph, nullptr);
-  EXPECT_TRUE(inferred.isOk()) << inferred.toString();
-  if (!inferred.isOk()) return {};
-  auto executor = reference::ReferenceExecutor::create(graph);
-  EXPECT_TRUE(executor.isOk()) << executor.status().toString();
-  if (!executor.isOk()) return {};
-  auto outputs = executor->run(inputs);
-  EXPECT_TRUE(outputs.isOk()) << outputs.status().toString();
-  return outputs.isOk() ? *outputs : std::vector<Tensor>{};
-}
 
 struct CpuRun {
   std::map<std::string, const Step*> steps;  // by node name
@@ -70,6 +41,7 @@ struct CpuRun {
   }
 };
 
+// Builds with `route`, kiln's own NCHW kernels unless it says otherwise, and runs once.
 CpuRun runCpu(const GraphFactory& make, const std::string& route,
               const std::vector<Tensor>& inputs) {
   CpuRun run;
@@ -88,17 +60,6 @@ CpuRun runCpu(const GraphFactory& make, const std::string& route,
   EXPECT_TRUE(outputs.isOk()) << outputs.status().toString();
   if (outputs.isOk()) run.outputs = std::move(*outputs);
   return run;
-}
-
-void expectClose(const std::vector<Tensor>& actual, const std::vector<Tensor>& expected) {
-  ASSERT_EQ(actual.size(), expected.size());
-  for (size_t o = 0; o < expected.size(); ++o) {
-    ASSERT_EQ(actual[o].shape(), expected[o].shape());
-    for (int64_t i = 0; i < expected[o].elementCount(); ++i) {
-      const double e = expected[o].elementAsDouble(i), a = actual[o].elementAsDouble(i);
-      ASSERT_NEAR(a, e, 1e-4 + 1e-4 * std::fabs(e)) << "output " << o << " element " << i;
-    }
-  }
 }
 
 struct ConvCase {
