@@ -74,6 +74,11 @@ Status fuseGemmActivation(ir::Graph& graph, PassContext& context);
 
 Status layoutNhwc(ir::Graph& graph, PassContext& context);
 
+// A channel shuffle (with its Concat and Split) as one kiln.ChannelShuffle copy
+// (fuse_channel_shuffle.cc); CPU only.
+extern const knobs::Knob kFuseChannelShuffle;
+Status fuseChannelShuffle(ir::Graph& graph, PassContext& context);
+
 // A residual Add into the LayerNormalization after it (fuse_add_layernorm.cc).
 extern const knobs::Knob kFuseAddLayerNorm;
 Status fuseAddLayerNorm(ir::Graph& graph, PassContext& context);

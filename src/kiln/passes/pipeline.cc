@@ -65,6 +65,9 @@ const PassInfo kPipeline[] = {
     // No gate knob: graph.layout on the CPU (NCHW by default) and cuda.layout on the GPU (NHWC
     // by default) say which nodes it changes.
     {"layout_nhwc", nullptr, layoutNhwc},
+    // After layout_nhwc, which carries ShuffleNet's shuffles into NHWC (their copies are then
+    // along the contiguous channels); before fuse_elementwise, which never reads these nodes.
+    {"fuse_channel_shuffle", &kFuseChannelShuffle, fuseChannelShuffle},
     // Before fuse_elementwise, which would take the residual Add into an elementwise chain; after
     // the Conv and Gemm fusions, which take the Adds that are their epilogues'.
     {"fuse_add_layernorm", &kFuseAddLayerNorm, fuseAddLayerNorm},

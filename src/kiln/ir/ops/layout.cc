@@ -100,7 +100,55 @@ Tensor permuteTensor(const Tensor& tensor, const std::vector<int64_t>& perm) {
   return out;
 }
 
+// kiln.ChannelShuffle (layout.h): inputs alike but along `axis`, groups and the output count
+// dividing the channels.
+Status inferChannelShuffle(InferContext& ctx) {
+  for (size_t i = 0; i < ctx.inputCount(); ++i) {
+    if (!ctx.hasInput(i)) return ctx.error("input {} is missing: every input is required", i);
+  }
+  const int64_t rank = ctx.inputRank(0);
+  KILN_ASSIGN_OR_RETURN(int64_t rawAxis, ctx.node().getInt("axis", 1));
+  KILN_ASSIGN_OR_RETURN(int64_t groups, ctx.node().getInt("groups", 0));
+  if (rawAxis < -rank || rawAxis >= rank) {
+    return ctx.error("axis {} is out of range for rank {}", rawAxis, rank);
+  }
+  const size_t axis = static_cast<size_t>(rawAxis < 0 ? rawAxis + rank : rawAxis);
+  int64_t channels = 0;
+  for (size_t i = 0; i < ctx.inputCount(); ++i) {
+    const Shape& shape = ctx.inputShape(i);
+    if (ctx.inputType(i) != ctx.inputType(0) || ctx.inputRank(i) != rank) {
+      return ctx.error("input {} is {} {}, input 0 {} {}: they must differ only along axis {}", i,
+                       dtypeName(ctx.inputType(i)), shape.toString(), dtypeName(ctx.inputType(0)),
+                       ctx.inputShape(0).toString(), axis);
+    }
+    for (size_t d = 0; d < shape.rank(); ++d) {
+      if (d != axis && shape[d] != ctx.inputShape(0)[d]) {
+        return ctx.error("input {} {} and input 0 {} differ along axis {}, not only along axis {}",
+                         i, shape.toString(), ctx.inputShape(0).toString(), d, axis);
+      }
+    }
+    channels += shape[axis];
+  }
+  const auto outputs = static_cast<int64_t>(ctx.outputCount());
+  if (groups < 1 || channels % groups != 0) {
+    return ctx.error("groups {} must be positive and divide the {} channels", groups, channels);
+  }
+  if (channels % outputs != 0) {
+    return ctx.error("{} outputs must divide the {} channels", outputs, channels);
+  }
+  Shape shape = ctx.inputShape(0);
+  std::vector<int64_t> dims = shape.dims();
+  dims[axis] = channels / outputs;
+  for (size_t o = 0; o < ctx.outputCount(); ++o) ctx.setOutput(o, ctx.inputType(0), Shape(dims));
+  return Status::ok();
+}
+
 void registerLayoutSchemas(OpRegistry& registry) {
+  registry.add({.opType = "ChannelShuffle",
+                .domain = kKilnDomain,
+                .maxInputs = 1 << 20,
+                .maxOutputs = 1 << 20,
+                .infer = inferChannelShuffle});
   for (const NhwcOp& op : kNhwcOps) {
     const OpSchema* base = registry.find(op.baseDomain, op.base);
     KILN_CHECK(base != nullptr);  // the base families register first (OpRegistry::instance)

@@ -5,6 +5,16 @@
 //       = FusedConv's attributes and semantics, output [N,OH,OW,M]
 //   kiln.NhwcMaxPool, kiln.NhwcAveragePool, kiln.NhwcGlobalAveragePool, kiln.NhwcGlobalMaxPool
 //       = the ONNX pool of the same name (MaxPool without its Indices output) on [N,H,W,C]
+//
+// And a channel shuffle, which the fuse_channel_shuffle pass makes of ShuffleNet's
+// Concat -> Reshape -> Transpose -> Reshape -> Split, in either layout:
+//
+//   kiln.ChannelShuffle(X_1, ..., X_n) -> (Y_1, ..., Y_m) {axis (default 1), groups (required)}
+//       X = Concat(X_1..X_n, axis) with C channels along `axis`; Y = X's channels reordered so
+//       that channel j of Y is channel (j % groups) * (C / groups) + j / groups of X (the
+//       Reshape to [.., groups, C / groups, ..], the Transpose of those two axes and the Reshape
+//       back); Y_1..Y_m = Split(Y, axis) into m equal parts. The inputs share a dtype and every
+//       dimension but `axis`; groups and m divide C.
 #pragma once
 
 #include <string>
@@ -27,6 +37,12 @@ std::string nhwcOpFor(const std::string& opType);
 // The op an NHWC op stands for (in kiln's domain for NhwcConv: FusedConv), or "" if `opType` is
 // not one.
 std::string opForNhwc(const std::string& opType);
+
+// kiln.ChannelShuffle's source of output channel j (over all outputs, in order): the channel of
+// the inputs' concatenation it copies.
+inline int64_t channelShuffleSource(int64_t j, int64_t channels, int64_t groups) {
+  return (j % groups) * (channels / groups) + j / groups;
+}
 
 // `tensor` with its axes permuted (output axis i is input axis perm[i]), any dtype.
 Tensor permuteTensor(const Tensor& tensor, const std::vector<int64_t>& perm);

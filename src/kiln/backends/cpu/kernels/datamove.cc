@@ -1,8 +1,8 @@
 // Data movement on the CPU for every dtype (elements moved by size): the copies (Reshape,
-// Flatten, Squeeze, Unsqueeze, Identity, inference Dropout), Concat, Split, Slice, Expand, Tile
-// and Pad as planned strided boxes or per-axis tables (datamove.h), Where over a merged
-// broadcast walk, and Cast between float32, int64, int32 and bool. Gather and Resize live in
-// gather.cc and resize.cc; this file holds the family's knob and factory.
+// Flatten, Squeeze, Unsqueeze, Identity, inference Dropout), Concat, Split, Slice, Expand, Tile,
+// Pad and kiln.ChannelShuffle as planned strided boxes or per-axis tables (datamove.h), Where over
+// a merged broadcast walk, and Cast between float32, int64, int32 and bool. Gather and Resize live
+// in gather.cc and resize.cc; this file holds the family's knob and factory.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -12,6 +12,7 @@
 
 #include "kiln/backends/cpu/kernels/datamove.h"
 #include "kiln/backends/node_constants.h"
+#include "kiln/ir/op_schema.h"
 
 namespace kiln::cpu {
 
@@ -20,8 +21,9 @@ const knobs::Knob kDataMoveImpl = knobs::declareKnob({
     .kind = knobs::KnobKind::kEnum,
     .choices = {"fast", "reference"},
     .defaultValue = "fast",
-    .help = "Concat, Split, Slice, Gather, Pad, Expand, Tile, Where, Cast, Resize and the "
-            "copying shape ops: planned strided copies, or the reference kernel",
+    .help = "Concat, Split, Slice, Gather, Pad, Expand, Tile, Where, Cast, Resize, "
+            "kiln.ChannelShuffle and the copying shape ops: planned strided copies, or the "
+            "reference kernel",
     .backends = {"cpu"},
     .perNode = true,
 });
@@ -827,11 +829,168 @@ std::unique_ptr<Step> makeCast(const ir::Node& node) {
       convert, static_cast<int64_t>(ir::dtypeSize(x->dtype) + ir::dtypeSize(y->dtype)));
 }
 
+// One run of a channel shuffle: `count` consecutive channels of one input, from channel `src`,
+// written to one output every `groups`-th channel from channel `dst` (all per outer index).
+struct ShuffleRun {
+  int input = 0, output = 0;
+  int64_t count = 0, src = 0, dst = 0;
+};
+
+// Output channels j = q * groups + r of one residue r read the consecutive source channels
+// r * (C / groups) + q; the runs cut that where an input or an output ends.
+std::vector<ShuffleRun> shuffleRuns(const std::vector<std::pair<int, int64_t>>& source,
+                                    int64_t groups, int64_t part) {
+  const auto channels = static_cast<int64_t>(source.size());
+  const int64_t perGroup = channels / groups;
+  std::vector<ShuffleRun> runs;
+  for (int64_t r = 0; r < groups; ++r) {
+    for (int64_t q = 0; q < perGroup;) {
+      const auto [input, c0] = source[static_cast<size_t>(r * perGroup + q)];
+      const int64_t j0 = q * groups + r;
+      int64_t count = 1;
+      while (q + count < perGroup &&
+             source[static_cast<size_t>(r * perGroup + q + count)].first == input &&
+             ((q + count) * groups + r) / part == j0 / part) {
+        ++count;
+      }
+      runs.push_back({input, static_cast<int>(j0 / part), count, c0, j0 % part});
+      q += count;
+    }
+  }
+  return runs;
+}
+
+// A float32 channel shuffle of contiguous channels (nothing after the axis: NHWC's): per outer
+// index, each output row is written from its runs; with two groups, the two runs that fill one
+// output's even and odd channels are interleaved in one loop, which vectorises.
+class ChannelShuffleStep : public Step {
+ public:
+  ChannelShuffleStep(std::vector<ShuffleRun> runs, std::vector<int64_t> widths, int64_t outer,
+                     int64_t part, int64_t groups)
+      : runs_(std::move(runs)),
+        widths_(std::move(widths)),
+        outer_(outer),
+        part_(part),
+        groups_(groups) {
+    // Pairs (r = 0, r = 1) of equal runs that fill the same output's channels dst, dst + 1, ...
+    for (size_t i = 0; groups_ == 2 && i < runs_.size(); ++i) {
+      for (size_t k = 0; k < runs_.size(); ++k) {
+        const ShuffleRun &even = runs_[i], &odd = runs_[k];
+        if (even.dst % 2 == 0 && odd.output == even.output && odd.dst == even.dst + 1 &&
+            odd.count == even.count) {
+          pairs_.emplace_back(i, k);
+        }
+      }
+    }
+    std::vector<bool> paired(runs_.size(), false);
+    for (const auto& [even, odd] : pairs_) paired[even] = paired[odd] = true;
+    for (size_t i = 0; i < runs_.size(); ++i) {
+      if (!paired[i]) single_.push_back(i);
+    }
+  }
+
+  Status run(const ExecutionContext& context) const override {
+    std::vector<const float*> in;
+    for (const auto& ref : inputs) in.push_back(context.data<float>(*ref));
+    std::vector<float*> out;
+    for (const auto& ref : outputs) out.push_back(context.data<float>(*ref));
+    const int64_t rowWork = std::max<int64_t>(1, part_ * static_cast<int64_t>(outputs.size()));
+    context.pool().parallelFor(
+        outer_, std::max<int64_t>(1, kCopyChunkBytes / 4 / rowWork), [&](int64_t b, int64_t e) {
+          for (int64_t o = b; o < e; ++o) {
+            for (const auto& [i, k] : pairs_) {
+              const ShuffleRun &even = runs_[i], &odd = runs_[k];
+              interleave(in[static_cast<size_t>(even.input)] +
+                             o * widths_[static_cast<size_t>(even.input)] + even.src,
+                         in[static_cast<size_t>(odd.input)] +
+                             o * widths_[static_cast<size_t>(odd.input)] + odd.src,
+                         out[static_cast<size_t>(even.output)] + o * part_ + even.dst, even.count);
+            }
+            for (size_t i : single_) {
+              const ShuffleRun& r = runs_[i];
+              const float* __restrict src = in[static_cast<size_t>(r.input)] +
+                                            o * widths_[static_cast<size_t>(r.input)] + r.src;
+              float* __restrict dst = out[static_cast<size_t>(r.output)] + o * part_ + r.dst;
+              for (int64_t q = 0; q < r.count; ++q) dst[q * groups_] = src[q];
+            }
+          }
+        });
+    return Status::ok();
+  }
+
+ private:
+  static void interleave(const float* __restrict even, const float* __restrict odd,
+                         float* __restrict dst, int64_t count) {
+    for (int64_t q = 0; q < count; ++q) {
+      dst[2 * q] = even[q];
+      dst[2 * q + 1] = odd[q];
+    }
+  }
+
+  std::vector<ShuffleRun> runs_;
+  std::vector<int64_t> widths_;  // channels of each input
+  int64_t outer_, part_, groups_;
+  std::vector<std::pair<size_t, size_t>> pairs_;
+  std::vector<size_t> single_;
+};
+
+// kiln.ChannelShuffle (src/kiln/ir/ops/layout.h): one step, one pass over the data, instead of
+// the Concat, Transpose and Split copies it replaces. Contiguous float32 channels take
+// ChannelShuffleStep; otherwise each run is a box [outer, run, inner] read densely and written
+// every groups-th channel.
+std::unique_ptr<Step> makeChannelShuffle(const ir::Node& node) {
+  const ir::Value* first = node.inputs[0];
+  const int64_t rank = static_cast<int64_t>(first->shape.rank());
+  auto axis = axisOf(node, rank, 1);
+  auto groups = node.getInt("groups", 0);
+  if (!axis.isOk() || !groups.isOk() || *groups < 1) return nullptr;
+  const size_t a = static_cast<size_t>(*axis);
+  int64_t outer = 1, inner = 1;
+  for (size_t d = 0; d < a; ++d) outer *= first->shape[d];
+  for (size_t d = a + 1; d < first->shape.rank(); ++d) inner *= first->shape[d];
+  // Each channel of the inputs' concatenation: its input, and its channel there.
+  std::vector<std::pair<int, int64_t>> source;
+  std::vector<int64_t> widths;
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    if (!node.inputs[i] || node.inputs[i]->dtype != first->dtype) return nullptr;
+    widths.push_back(node.inputs[i]->shape[a]);
+    for (int64_t c = 0; c < widths.back(); ++c) source.emplace_back(static_cast<int>(i), c);
+  }
+  const auto channels = static_cast<int64_t>(source.size());
+  const auto outputs = static_cast<int64_t>(node.outputs.size());
+  if (channels % *groups != 0 || channels % outputs != 0) return nullptr;
+  for (const ir::Value* y : node.outputs) {
+    if (!y) return nullptr;
+  }
+  const int64_t part = channels / outputs, g = *groups;
+  std::vector<ShuffleRun> runs = shuffleRuns(source, g, part);
+  if (inner == 1 && first->dtype == ir::DType::kFloat32) {
+    return std::make_unique<ChannelShuffleStep>(std::move(runs), std::move(widths), outer, part, g);
+  }
+  std::vector<CopyBox> boxes;
+  for (const ShuffleRun& r : runs) {
+    boxes.push_back({.input = r.input,
+                     .output = r.output,
+                     .dims = {outer, r.count, inner},
+                     .src = {widths[static_cast<size_t>(r.input)] * inner, inner, 1},
+                     .dst = {part * inner, g * inner, 1},
+                     .srcOffset = r.src * inner,
+                     .dstOffset = r.dst * inner});
+  }
+  return std::make_unique<BoxCopyStep>(BoxCopier(std::move(boxes), elementSizeOf(first)));
+}
+
 }  // namespace
 }  // namespace datamove
 
 std::unique_ptr<Step> makeDataMoveStep(const ir::Node& node, const knobs::Route& route) {
   using namespace datamove;
+  if (node.domain == ir::kKilnDomain && node.opType == "ChannelShuffle" && !node.inputs.empty() &&
+      node.inputs[0] && route.value(kDataMoveImpl, &node) == "fast") {
+    std::unique_ptr<Step> step = makeChannelShuffle(node);
+    if (step) step->tactic = "fast.channel_shuffle";
+    return step;
+  }
   if (!node.domain.empty() || node.inputs.empty() || !node.inputs[0]) return nullptr;
   if (node.outputs.empty() || !node.outputs[0]) return nullptr;
   if (route.value(kDataMoveImpl, &node) != "fast") return nullptr;
