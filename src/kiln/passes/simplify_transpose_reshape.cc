@@ -1,10 +1,12 @@
 // Simplifies chains of data-layout ops: two Transposes become one (or none when they cancel),
-// identity Transposes and Reshapes to the same shape disappear, and a Reshape, Squeeze,
-// Unsqueeze or Flatten followed by a Reshape becomes that last Reshape alone.
+// identity Transposes and Reshapes to the same shape disappear, a Transpose that only moves axes
+// of size 1 becomes a Reshape (it moves no byte, and the backends alias Reshapes), and a
+// Reshape, Squeeze, Unsqueeze or Flatten followed by a Reshape becomes that last Reshape alone.
 //
 //   %t = Transpose(%x) {perm=[0,2,1]}; %y = Transpose(%t) {perm=[0,2,1]}; %z = Relu(%y)
 //     =>   %z = Relu(%x)
 //   %a = Flatten(%x); %b = Reshape(%a, [6,4])   =>   %b = Reshape(%x, [6,4])
+//   %y = Transpose(%x [1,197,192]) {perm=[1,0,2]}   =>   %y = Reshape(%x, [197,1,192])
 #include <algorithm>
 #include <numeric>
 #include <unordered_set>
@@ -17,7 +19,8 @@ const knobs::Knob kSimplifyTransposeReshape = knobs::declareKnob({
     .name = "graph.simplify_transpose_reshape",
     .kind = knobs::KnobKind::kBool,
     .defaultValue = "on",
-    .help = "merge Transpose pairs and Reshape chains, drop identity Transposes and Reshapes",
+    .help = "merge Transpose pairs and Reshape chains, drop identity Transposes and Reshapes, "
+            "and turn Transposes that only move axes of size 1 into Reshapes",
 });
 
 namespace {
@@ -41,6 +44,36 @@ bool isIdentity(const std::vector<int64_t>& perm) {
     if (perm[i] != static_cast<int64_t>(i)) return false;
   }
   return true;
+}
+
+// Whether the axes of size other than 1 keep their relative order under `perm` (so the
+// Transpose's output has its input's elements in the same order). Not for empty tensors, whose
+// 0 in a Reshape's shape would mean "copy this dimension".
+bool movesOnlyUnitAxes(const ir::Shape& input, const std::vector<int64_t>& perm) {
+  const auto rank = static_cast<int64_t>(input.rank());
+  int64_t last = -1;
+  for (const int64_t axis : perm) {
+    if (axis < 0 || axis >= rank || input[static_cast<size_t>(axis)] == 0) return false;
+    if (input[static_cast<size_t>(axis)] == 1) continue;
+    if (axis < last) return false;
+    last = axis;
+  }
+  return true;
+}
+
+// Turns `transpose` into a Reshape to its output shape.
+void makeReshape(ir::Graph& graph, ir::Node& transpose) {
+  const ir::Shape& shape = transpose.outputs[0]->shape;
+  ir::Value* target = graph.addUniqueValue(transpose.name + "_shape");
+  target->constant =
+      ir::Tensor::fromVector<int64_t>(ir::Shape{static_cast<int64_t>(shape.rank())}, shape.dims());
+  target->dtype = ir::DType::kInt64;
+  target->shape = target->constant->shape();
+  target->hasType = true;
+  target->isInitializer = true;
+  transpose.opType = "Reshape";
+  transpose.attributes.clear();
+  transpose.inputs = {transpose.inputs[0], target};
 }
 
 // Points the readers of `node`'s output at its input, as when removing an Identity. A graph
@@ -98,11 +131,19 @@ Status simplifyTransposeReshape(ir::Graph& graph, PassContext& context) {
         skipped.push_back(inner);
         context.note("merged Transpose '{}' into '{}'", inner->name, node->name);
       }
-      if (isIdentity(*perm) && bypass(graph, *node)) {
-        removed.insert(node);
-        context.note("removed identity Transpose '{}'", node->name);
+      if (isIdentity(*perm)) {
+        if (bypass(graph, *node)) {
+          removed.insert(node);
+          context.note("removed identity Transpose '{}'", node->name);
+        }
+        continue;
       }
-      continue;
+      if (!node->outputs[0]->hasType || !movesOnlyUnitAxes(node->inputs[0]->shape, *perm)) {
+        continue;
+      }
+      // Then it is a Reshape, and may merge with the Reshapes around it below.
+      makeReshape(graph, *node);
+      context.note("Transpose '{}' only moves axes of size 1: now a Reshape", node->name);
     }
     if (!isOp(node, "Reshape") || !node->input(1) || !node->inputs[1]->constant) continue;
     // Repeated: an earlier Reshape in the chain may already have been merged into this one's
