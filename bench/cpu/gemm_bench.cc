@@ -1,8 +1,11 @@
 // Time of one float32 GEMM, C[m, n] = A[m, k] * B[k, n], through each source of sgemm():
 // OpenBLAS, the native kernels (B packed per call or prepacked, each panel depth), and bf16, on
-// the shapes the shared models run, at 1 and 2 threads. GFLOP/s is reported as a counter.
+// the shapes the shared models run, at 1 and 2 threads; prepacked products at 2 threads also with
+// each cpu.gemm.split. GFLOP/s is reported as a counter. The pool's threads spin between calls for
+// the plan's default time (cpu.threads.spin_us), as in a plan's run, so that a call does not
+// time the worker's wake-up from sleep.
 //
-//   build-gemm/bench/kiln_gemm_bench --benchmark_filter='vit' --benchmark_repetitions=5
+//   build/bench/kiln_gemm_bench --benchmark_filter='vit' --benchmark_repetitions=5
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
@@ -19,6 +22,7 @@ using kiln::cpu::GemmArgs;
 using kiln::cpu::GemmOptions;
 using kiln::cpu::GemmPrecision;
 using kiln::cpu::GemmSource;
+using kiln::cpu::GemmSplit;
 using kiln::cpu::PackedGemmB;
 using kiln::cpu::ThreadPool;
 
@@ -46,16 +50,21 @@ std::vector<float> randomValues(int64_t count, unsigned seed) {
 
 enum class Mode { kBlas, kNative, kNativePrepacked, kBf16Prepacked };
 
-void runGemm(benchmark::State& state, Shape shape, Mode mode, int threads, int64_t kc) {
+// cpu.threads.spin_us's default (lower.cc).
+constexpr int kSpinMicros = 50;
+
+void runGemm(benchmark::State& state, Shape shape, Mode mode, int threads, int64_t kc,
+             GemmSplit split) {
   const std::vector<float> a = randomValues(shape.m * shape.k, 1);
   const std::vector<float> b = randomValues(shape.k * shape.n, 2);
   std::vector<float> c(static_cast<size_t>(shape.m * shape.n));
-  ThreadPool pool(threads);
+  ThreadPool pool(threads, kSpinMicros);
   openblas_set_num_threads(threads);
   const GemmOptions options{
       .source = mode == Mode::kBlas ? GemmSource::kBlas : GemmSource::kNative,
       .precision = mode == Mode::kBf16Prepacked ? GemmPrecision::kBf16 : GemmPrecision::kFp32,
-      .kc = kc};
+      .kc = kc,
+      .split = split};
   std::unique_ptr<PackedGemmB> packed;
   if (mode == Mode::kNativePrepacked || mode == Mode::kBf16Prepacked) {
     packed = std::make_unique<PackedGemmB>(options, false, shape.k, shape.n, b.data(), shape.n);
@@ -98,8 +107,18 @@ const int kRegistered = [] {
           std::string name =
               std::string(shape.name) + "/" + modeName + "/t" + std::to_string(threads);
           if (mode != Mode::kBlas) name += "/kc" + std::to_string(kc);
-          benchmark::RegisterBenchmark(name.c_str(), runGemm, shape, mode, threads, kc)
+          benchmark::RegisterBenchmark(name.c_str(), runGemm, shape, mode, threads, kc,
+                                       GemmSplit::kAuto)
               ->UseRealTime();
+          if (mode != Mode::kNativePrepacked || threads == 1 || kc != kiln::cpu::kDefaultGemmKc) {
+            continue;
+          }
+          for (auto [split, splitName] :
+               {std::pair{GemmSplit::kRows, "rows"}, std::pair{GemmSplit::kColumns, "columns"}}) {
+            benchmark::RegisterBenchmark((name + "/" + splitName).c_str(), runGemm, shape, mode,
+                                         threads, kc, split)
+                ->UseRealTime();
+          }
         }
       }
     }
