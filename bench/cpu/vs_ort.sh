@@ -8,10 +8,16 @@
 # mixed` over the expression at each thread count (cosine distance <= 1e-5 against the reference
 # executor), its winner run beside the default route on the same inputs.
 #
-# Usage: bench/cpu/vs_ort.sh [--models DIR] [--seconds S] [--route TOKENS] [--out FILE.json]
-#                            [--tune EXPR] [--tuning-timeout S]
+# The runtimes take turns: each model and thread count is timed in --rounds rounds, each round
+# running kiln, the tuned engine and ONNX Runtime one after the other for seconds/rounds each, and
+# every latency of every round goes into one median, so that a slow spell of a shared machine
+# falls on all of them rather than on whichever ran then. The JSON keeps each round's medians.
+#
+# Usage: bench/cpu/vs_ort.sh [--models DIR] [--seconds S] [--rounds R] [--route TOKENS]
+#                            [--out FILE.json] [--tune EXPR] [--tuning-timeout S]
 #   --models   folder of .onnx files (default ../shared/models)
-#   --seconds  timed seconds per model, runtime and thread count (default 3)
+#   --seconds  timed seconds per model, runtime and thread count, over all rounds (default 3)
+#   --rounds   turns each runtime takes per model and thread count (default 3)
 #   --route    kiln's route (default: the default route)
 #   --out      the JSON file (default out/vs_ort.json)
 #   --tune     a route expression to tune per model and thread count (e.g. '-cpu.conv.algo=*')
@@ -20,6 +26,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 models="$root/../shared/models"
 seconds=3
+rounds=3
 route=""
 tune=""
 tuning_timeout=300
@@ -28,11 +35,12 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --models) models="$2"; shift 2 ;;
     --seconds) seconds="$2"; shift 2 ;;
+    --rounds) rounds="$2"; shift 2 ;;
     --route) route="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --tune) tune="$2"; shift 2 ;;
     --tuning-timeout) tuning_timeout="$2"; shift 2 ;;
-    -h|--help) sed -n 2,19p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,25p "$0"; exit 0 ;;
     *) echo "vs_ort.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -52,12 +60,17 @@ mkdir -p "$(dirname "$out")"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-summary() {  # "median p10 p90" of a kiln --exportTimes file
-  python3 - "$1" <<'PY'
+summary() {  # "median p10 p90 round-medians" over kiln --exportTimes files or ort_run.mjs results
+  python3 - "$@" <<'PY'
 import json, statistics, sys
-xs = sorted(t["latencyMs"] for t in json.load(open(sys.argv[1])))
+rounds = []
+for path in sys.argv[1:]:
+    data = json.load(open(path))
+    rounds.append(data["latenciesMs"] if isinstance(data, dict) else [t["latencyMs"] for t in data])
+xs = sorted(x for r in rounds for x in r)
 q = lambda p: xs[min(len(xs) - 1, int(p * (len(xs) - 1) + 0.5))]
-print(f"{statistics.median(xs):.3f} {q(0.1):.3f} {q(0.9):.3f}")
+each = ",".join(f"{statistics.median(r):.3f}" for r in rounds)
+print(f"{statistics.median(xs):.3f} {q(0.1):.3f} {q(0.9):.3f} {each}")
 PY
 }
 
@@ -65,44 +78,64 @@ rows="$work/rows.jsonl"
 for model in "$models"/*.onnx; do
   name="$(basename "$model" .onnx)"
   for threads in 1 2; do
-    # kiln first: it writes the inputs (seeded) and its outputs for the peer to take and check.
-    "$kiln" run "$model" --route "$route -cpu.threads=$threads" --duration "$seconds" \
+    slice="$(python3 -c "print($seconds / $rounds)")"
+    # kiln writes the inputs (seeded) and its outputs for the peer to take and check.
+    "$kiln" run "$model" --route "$route -cpu.threads=$threads" --duration 0 --iterations 1 \
       --saveInputs "$work/$name.in.npz" --saveOutputs "$work/$name.out.npz" \
-      --exportTimes "$work/$name.kiln.$threads.json" >"$work/$name.kiln.$threads.log" 2>&1 ||
+      >"$work/$name.kiln.$threads.log" 2>&1 ||
       { echo "vs_ort.sh: kiln failed on $name:" >&2; tail -3 "$work/$name.kiln.$threads.log" >&2; exit 1; }
-    read -r kmed kp10 kp90 < <(summary "$work/$name.kiln.$threads.json")
-    tuned="-"
+    engine="$work/$name.$threads.kiln"
     if [[ -n "$tune" ]]; then
-      engine="$work/$name.$threads.kiln"
       "$kiln" tune "$model" --tune "$tune -cpu.threads=$threads" --search mixed \
         --loadInputs "$work/$name.in.npz" --tuning-timeout "$tuning_timeout" \
         --saveEngine "$engine" --quiet >"$work/$name.tune.$threads.log" 2>&1 ||
         { echo "vs_ort.sh: kiln tune failed on $name:" >&2; tail -3 "$work/$name.tune.$threads.log" >&2; exit 1; }
-      "$kiln" run "$engine" --duration "$seconds" --loadInputs "$work/$name.in.npz" \
-        --saveOutputs "$work/$name.tuned.npz" --exportTimes "$work/$name.tuned.$threads.json" \
-        >"$work/$name.tuned.$threads.log" 2>&1 ||
-        { echo "vs_ort.sh: the tuned engine failed on $name" >&2; exit 1; }
-      tuned="$(summary "$work/$name.tuned.$threads.json" | tr ' ' ,)"
     fi
-    more=()
-    [[ -n "$tune" ]] && more=("$work/$name.tuned.npz")
-    node "$ort_dir/ort_run.mjs" "$model" "$work/$name.in.npz" "$threads" "$seconds" \
-      "$work/$name.out.npz" "${more[@]}" >"$work/$name.ort.$threads.json"
-    python3 - "$name" "$threads" "$kmed" "$kp10" "$kp90" "$work/$name.ort.$threads.json" \
-      "$tuned" >>"$rows" <<'PY'
+    kfiles=() tfiles=() ofiles=()
+    for ((r = 1; r <= rounds; ++r)); do
+      "$kiln" run "$model" --route "$route -cpu.threads=$threads" --duration "$slice" \
+        --loadInputs "$work/$name.in.npz" --exportTimes "$work/$name.kiln.$threads.$r.json" \
+        >>"$work/$name.kiln.$threads.log" 2>&1 ||
+        { echo "vs_ort.sh: kiln failed on $name:" >&2; tail -3 "$work/$name.kiln.$threads.log" >&2; exit 1; }
+      kfiles+=("$work/$name.kiln.$threads.$r.json")
+      if [[ -n "$tune" ]]; then
+        "$kiln" run "$engine" --duration "$slice" --loadInputs "$work/$name.in.npz" \
+          --saveOutputs "$work/$name.tuned.npz" --exportTimes "$work/$name.tuned.$threads.$r.json" \
+          >>"$work/$name.tuned.$threads.log" 2>&1 ||
+          { echo "vs_ort.sh: the tuned engine failed on $name" >&2; exit 1; }
+        tfiles+=("$work/$name.tuned.$threads.$r.json")
+      fi
+      more=()
+      [[ -n "$tune" ]] && more=("$work/$name.tuned.npz")
+      node "$ort_dir/ort_run.mjs" "$model" "$work/$name.in.npz" "$threads" "$slice" \
+        "$work/$name.out.npz" "${more[@]}" >"$work/$name.ort.$threads.$r.json"
+      ofiles+=("$work/$name.ort.$threads.$r.json")
+    done
+    read -r kmed kp10 kp90 krounds < <(summary "${kfiles[@]}")
+    read -r omed op10 op90 orounds < <(summary "${ofiles[@]}")
+    tuned="-"
+    if [[ -n "$tune" ]]; then
+      read -r tmed tp10 tp90 trounds < <(summary "${tfiles[@]}")
+      tuned="$tmed,$tp10,$tp90,$trounds"
+    fi
+    python3 - "$name" "$threads" "$kmed" "$kp10" "$kp90" "$krounds" "${ofiles[-1]}" \
+      "$omed,$op10,$op90,$orounds" "$tuned" >>"$rows" <<'PY'
 import json, sys
-name, threads, kmed, kp10, kp90, ort_file, tuned = sys.argv[1:]
-ort = json.load(open(ort_file))
+name, threads, kmed, kp10, kp90, krounds, ort_file, pooled, tuned = sys.argv[1:]
+ort = json.load(open(ort_file))  # the last round's: its output comparisons
+omed, op10, op90, orounds = pooled.split(",", 3)
 # The default route's outputs and the tuned engine's, each against ORT's; no output compared (none
 # named alike) counts as a disagreement, not as agreement.
 compared = ort["outputs"] + [o for more in ort["moreOutputs"] for o in more["outputs"]]
 worst = max((o.get("cosineDistance", float("inf")) for o in compared), default=float("inf"))
+def timing(median, p10, p90, rounds):
+    return {"medianMs": float(median), "p10Ms": float(p10), "p90Ms": float(p90),
+            "roundMediansMs": [float(x) for x in rounds.split(",")]}
 print(json.dumps({
     "model": name, "threads": int(threads),
-    "kiln": {"medianMs": float(kmed), "p10Ms": float(kp10), "p90Ms": float(kp90)},
-    "kilnTuned": None if tuned == "-" else dict(zip(("medianMs", "p10Ms", "p90Ms"),
-                                                    map(float, tuned.split(",")))),
-    "ort": {k: ort[k] for k in ("medianMs", "p10Ms", "p90Ms", "runs")},
+    "kiln": timing(kmed, kp10, kp90, krounds),
+    "kilnTuned": None if tuned == "-" else timing(*tuned.split(",", 3)),
+    "ort": timing(omed, op10, op90, orounds),
     "outputs": ort["outputs"], "tunedOutputs": ort["moreOutputs"][0]["outputs"] if ort["moreOutputs"] else None,
     "worstCosineDistance": worst, "agree": worst <= 1e-5,
 }))
@@ -110,13 +143,13 @@ PY
   done
 done
 
-python3 - "$rows" "$out" "$models" "$seconds" "$route" "$tune" <<'PY'
+python3 - "$rows" "$out" "$models" "$seconds" "$route" "$tune" "$rounds" <<'PY'
 import json, platform, subprocess, sys
-rows_file, out, models, seconds, route, tune = sys.argv[1:]
+rows_file, out, models, seconds, route, tune, rounds = sys.argv[1:]
 rows = [json.loads(line) for line in open(rows_file)]
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 cores = subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip()
-command = f"bench/cpu/vs_ort.sh --models {models} --seconds {seconds}" + (f" --route '{route}'" if route else "") + (f" --tune '{tune}'" if tune else "")
+command = f"bench/cpu/vs_ort.sh --models {models} --seconds {seconds} --rounds {rounds}" + (f" --route '{route}'" if route else "") + (f" --tune '{tune}'" if tune else "")
 json.dump({"machine": f"{cpu}, {cores} cores", "command": command, "route": route or "(default)",
            "peer": "onnxruntime-node 1.30.0, CPU execution provider, graph optimisation level all",
            "rows": rows}, open(out, "w"), indent=1)

@@ -1,7 +1,7 @@
 // ONNX Runtime's CPU execution provider on one model, as bench/cpu/vs_ort.sh's peer of kiln: the
 // inputs kiln ran (`kiln run --saveInputs`), all graph optimisations on, a given number of intra-op
 // threads; latency of each run after a warm-up, and the outputs compared with kiln's
-// (`kiln run --saveOutputs`). Prints one JSON object.
+// (`kiln run --saveOutputs`). Prints one JSON object, with every run's latency.
 //
 // Usage: node ort_run.mjs MODEL INPUTS.npz THREADS SECONDS [KILN_OUTPUTS.npz ...]
 // (each outputs file compared: `outputs` for the first, `moreOutputs` for the rest, in order)
@@ -148,6 +148,7 @@ async function main() {
     medianMs: percentile(sorted, 0.5),
     p10Ms: percentile(sorted, 0.1),
     p90Ms: percentile(sorted, 0.9),
+    latenciesMs: latencies,
     outputs: [],
     moreOutputs: [],
   };
