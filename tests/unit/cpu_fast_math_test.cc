@@ -69,6 +69,32 @@ TEST(FastMath, GeluIsCloseToTheExactFunction) {
   EXPECT_LE(worst, 2e-7);
 }
 
+// Where GELU's output is not negligible (|GELU(x)| >= 1e-3, so down to x = -3.4), its relative
+// error stays small in the negative tail too: Phi(-|x|) comes from erfc's own formula, not from
+// 1 + erf(u), which cancels there.
+TEST(FastMath, GeluKeepsItsRelativePrecisionInTheNegativeTail) {
+  const auto exact = [](double x) { return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); };
+  double worst = 0;
+  float at = 0;
+  for (int i = 0; i <= 100000; ++i) {
+    const float x = -6.0f + 12.0f * static_cast<float>(i) / 100000.0f;
+    const double e = exact(x);
+    if (std::fabs(e) < 1e-3) continue;
+    const double relative = std::fabs(fastGelu(x) - e) / std::fabs(e);
+    if (relative > worst) {
+      worst = relative;
+      at = x;
+    }
+  }
+  EXPECT_LE(worst, 2e-6) << "at x = " << at;
+  EXPECT_EQ(fastGelu(0.0f), 0.0f);
+  EXPECT_EQ(fastGelu(std::numeric_limits<float>::infinity()),
+            std::numeric_limits<float>::infinity());
+  EXPECT_EQ(fastGelu(100.0f), 100.0f);
+  EXPECT_LE(std::fabs(fastGelu(-100.0f)), 1e-12f);
+  EXPECT_TRUE(std::isnan(fastGelu(std::numeric_limits<float>::quiet_NaN())));
+}
+
 TEST(FastMath, ExpAndTanhAreWithinFewUlps) {
   const Worst exp =
       worstOver(-100.0f, 88.0f, 400001, fastExp, [](double x) { return std::exp(x); });
