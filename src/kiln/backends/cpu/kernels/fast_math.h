@@ -34,21 +34,17 @@
 
 namespace kiln::cpu {
 
-// e^x: x = n ln2 + r with |r| <= ln2 / 2 (ln2 split in two parts so n ln2 is exact enough), e^r
-// by its Taylor series to r^7 (truncation below 1e-8 relative on that interval), then 2^n
-// applied through the exponent bits, in two halves so that n down to -149 (subnormal results)
-// and up to 128 do not overflow the exponent field.
-inline float fastExp(float x) {
+// e^x = 2^n e^r with n = round(x / ln 2) and |r| <= ln 2 / 2: returns the polynomial for e^r and
+// sets n. The caller keeps x where 2^n can be built (fastExp clamps; expOfSmallNegative's range
+// needs no clamping).
+inline float expReduced(float x, float& n) {
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kLn2Hi = 0.693145751953125f;  // ln 2 rounded to 16 bits: n * kLn2Hi is exact
   constexpr float kLn2Lo = 1.42860682030941723e-6f;
-  // Beyond these bounds the result is inf or 0; clamping keeps n in range (NaN passes through
-  // both comparisons unchanged).
-  const float clamped = x > 88.8f ? 88.8f : (x < -104.0f ? -104.0f : x);
   // Round to nearest by adding and subtracting 1.5 * 2^23.
   const float shifter = 12582912.0f;
-  const float n = (clamped * kLog2e + shifter) - shifter;
-  const float r = (clamped - n * kLn2Hi) - n * kLn2Lo;
+  n = (x * kLog2e + shifter) - shifter;
+  const float r = (x - n * kLn2Hi) - n * kLn2Lo;
   float p = 1.0f / 5040.0f;
   p = p * r + 1.0f / 720.0f;
   p = p * r + 1.0f / 120.0f;
@@ -57,6 +53,19 @@ inline float fastExp(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
+  return p;
+}
+
+// e^x: x = n ln2 + r with |r| <= ln2 / 2 (ln2 split in two parts so n ln2 is exact enough), e^r
+// by its Taylor series to r^7 (truncation below 1e-8 relative on that interval), then 2^n
+// applied through the exponent bits, in two halves so that n down to -149 (subnormal results)
+// and up to 128 do not overflow the exponent field.
+inline float fastExp(float x) {
+  // Beyond these bounds the result is inf or 0; clamping keeps n in range (NaN passes through
+  // both comparisons unchanged).
+  const float clamped = x > 88.8f ? 88.8f : (x < -104.0f ? -104.0f : x);
+  float n;
+  const float p = expReduced(clamped, n);
   // 2^n as 2^(n/2) * 2^(n - n/2): each factor's exponent stays within float's normal range.
   const auto ni = static_cast<int32_t>(n);
   const int32_t half = ni / 2;
@@ -126,20 +135,8 @@ inline float fastErf(float x) {
 // e^x for x in [-36, 0] (NaN in, NaN out): fastExp's reduction and polynomial without the
 // clamping and the split scaling that its whole range needs (2^n stays a normal float here).
 inline float expOfSmallNegative(float x) {
-  constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693145751953125f;
-  constexpr float kLn2Lo = 1.42860682030941723e-6f;
-  const float shifter = 12582912.0f;
-  const float n = (x * kLog2e + shifter) - shifter;
-  const float r = (x - n * kLn2Hi) - n * kLn2Lo;
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
+  float n;
+  const float p = expReduced(x, n);
   return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
 }
 
