@@ -11,40 +11,11 @@ grid over [0, 5] against math.erf and prints the worst absolute and ulp error.
   tools/fit_erf.py [NA NB]     (fast_math.h uses 7 and 11: at most 2.1 ulp)
 """
 import math
-import struct
 import sys
 
+from chebyshev import chebyshev_monomials, f32, horner32
+
 LO, HI = 1.0, 4.0
-
-
-def f32(v):
-    return struct.unpack("f", struct.pack("f", v))[0]
-
-
-def chebyshev_monomials(f, n):
-    """Interpolates f at n Chebyshev nodes of [-1, 1]; returns the polynomial's coefficients."""
-    nodes = [math.cos(math.pi * (k + 0.5) / n) for k in range(n)]
-    values = [f(x) for x in nodes]
-    c = [2.0 / n * sum(values[k] * math.cos(math.pi * j * (k + 0.5) / n) for k in range(n))
-         for j in range(n)]
-    c[0] /= 2
-    basis = [[1.0], [0.0, 1.0]]  # T_j in monomials
-    for j in range(2, n):
-        twice = [0.0] + [2 * v for v in basis[j - 1]]
-        prev = basis[j - 2] + [0.0] * (len(twice) - len(basis[j - 2]))
-        basis.append([a - b for a, b in zip(twice, prev)])
-    mono = [0.0] * n
-    for j in range(n):
-        for i, v in enumerate(basis[j]):
-            mono[i] += c[j] * v
-    return mono
-
-
-def horner32(coefficients, s):
-    p = f32(coefficients[-1])
-    for c in reversed(coefficients[:-1]):
-        p = f32(f32(p * s) + f32(c))
-    return p
 
 
 def main():
