@@ -14,6 +14,7 @@
 
 #include "../knobs/graph_sketch.h"
 #include "cuda_test_util.h"
+#include "kiln/backends/cuda/codegen/nvrtc.h"
 #include "kiln/ir/op_schema.h"
 #include "kiln/reference/executor.h"
 
@@ -716,16 +717,27 @@ CudaOpCase fused(std::vector<std::string> program, std::vector<OpInput> inputs, 
   c.opset = 1;
   c.inputs = std::move(inputs);
   c.attributes = {{"program", ir::Attribute{std::move(program)}}};
-  c.expectTactic = "kiln.fused_eltwise";
   c.rtol = rtol;
   c.atol = atol;
   return c;
 }
 
+// Runs a fused case with the interpreter and with the generated kernel (where NVRTC loads; else
+// the nvrtc route must fall back to the interpreter), on top of the case's own route.
+void expectFusedMatchesReference(CudaOpCase c) {
+  const std::string route = c.route;
+  c.route = route + " -cuda.eltwise.codegen=interpreter";
+  c.expectTactic = "kiln.fused_eltwise";
+  expectCudaMatchesReference(c);
+  c.route = route + " -cuda.eltwise.codegen=nvrtc";
+  c.expectTactic = cuda::nvrtcAvailable() ? "kiln.fused_eltwise.nvrtc" : "kiln.fused_eltwise";
+  expectCudaMatchesReference(c);
+}
+
 TEST(CudaEltwise, FusedProgramsOverBroadcastInputs) {
   // SiLU plus a bias row.
-  expectCudaMatchesReference(fused({"Sigmoid x0", "Mul x0 t0", "Add t1 x1"},
-                                   {runtime(floats({4, 33}, 170)), constant(floats({33}, 171))}));
+  expectFusedMatchesReference(fused({"Sigmoid x0", "Mul x0 t0", "Add t1 x1"},
+                                    {runtime(floats({4, 33}, 170)), constant(floats({33}, 171))}));
   // Every opcode once, on a [3, 5, 7] output with scalar, column and middle-axis inputs.
   const std::vector<std::string> everyOpcode = {"Relu x0",
                                                 "Sigmoid t0",
@@ -759,7 +771,7 @@ TEST(CudaEltwise, FusedProgramsOverBroadcastInputs) {
   const std::vector<OpInput> inputs = {
       runtime(floats({3, 5, 7}, 172, -3, 3)), runtime(floats({5, 1}, 173, -3, 3)),
       constant(Tensor::scalar<float>(1.5f)), runtime(floats({3, 1, 7}, 174, -2, 2))};
-  expectCudaMatchesReference(fused(everyOpcode, inputs, 1e-4, 1e-4));
+  expectFusedMatchesReference(fused(everyOpcode, inputs, 1e-4, 1e-4));
   // Eight inputs, the most a launch takes, one of them a scalar.
   std::vector<OpInput> eight;
   std::vector<std::string> sum = {"Add x0 x1"};
@@ -768,16 +780,16 @@ TEST(CudaEltwise, FusedProgramsOverBroadcastInputs) {
                            : runtime(floats({2, 1031}, 180 + static_cast<unsigned>(k))));
     if (k >= 2) sum.push_back("Mul t" + std::to_string(k - 2) + " x" + std::to_string(k));
   }
-  expectCudaMatchesReference(fused(sum, eight, 1e-4, 1e-4));
+  expectFusedMatchesReference(fused(sum, eight, 1e-4, 1e-4));
   // NaN and infinities through Max, Min and Clip.
-  expectCudaMatchesReference(fused({"Max x0 x1", "Min t0 x1", "Clip t1 -1 1", "Add t2 t0"},
-                                   {runtime(values({kNaN, 1, kInf, -kInf, 0, 3})),
-                                    runtime(values({0, kNaN, 2, -2, -0.0f, kInf}))}));
+  expectFusedMatchesReference(fused({"Max x0 x1", "Min t0 x1", "Clip t1 -1 1", "Add t2 t0"},
+                                    {runtime(values({kNaN, 1, kInf, -kInf, 0, 3})),
+                                     runtime(values({0, kNaN, 2, -2, -0.0f, kInf}))}));
   // ... and through HardSigmoid (NaN gives 1, as the reference's std::min(1, NaN)) and HardSwish.
   const Tensor special = values({kNaN, kInf, -kInf, 0, -3, 3, 2.5f, -2.5f});
-  expectCudaMatchesReference(fused({"HardSigmoid x0 0.3 0.4"}, {runtime(special)}));
-  expectCudaMatchesReference(fused({"HardSigmoid x0 0.2 0.5"}, {runtime(special)}));
-  expectCudaMatchesReference(fused({"HardSwish x0"}, {runtime(special)}));
+  expectFusedMatchesReference(fused({"HardSigmoid x0 0.3 0.4"}, {runtime(special)}));
+  expectFusedMatchesReference(fused({"HardSigmoid x0 0.2 0.5"}, {runtime(special)}));
+  expectFusedMatchesReference(fused({"HardSwish x0"}, {runtime(special)}));
 }
 
 // Past kMaxBroadcastOperands inputs the node goes to the host (no GPU kernel takes it).
@@ -809,7 +821,7 @@ TEST(CudaEltwise, Float16RoutesRunTheEltwiseKernelsInHalf) {
       program, {runtime(floats({8, 129}, 200, -2, 2)), runtime(floats({129}, 201, -2, 2))}, 1e-2);
   c.route = route;
   c.atol = 1e-2;
-  expectCudaMatchesReference(c);
+  expectFusedMatchesReference(c);
   for (const char* op : {"Relu", "Sigmoid", "Tanh", "Exp", "Neg"}) {
     CudaOpCase u = opCase(op, {runtime(floats({3, 65}, 202, -3, 3))}, {}, "kiln.unary");
     u.route = route;
@@ -837,7 +849,7 @@ TEST(CudaEltwise, VectorWidthOneMatchesToo) {
   CudaOpCase f = fused({"Relu x0", "Add t0 x1"},
                        {runtime(floats({2, 1031}, 213)), runtime(floats({2, 1031}, 214))});
   f.route = route;
-  expectCudaMatchesReference(f);
+  expectFusedMatchesReference(f);
 }
 
 // --- In place ----------------------------------------------------------------------------------

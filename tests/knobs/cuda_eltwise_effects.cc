@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "graph_sketch.h"
+#include "kiln/backends/cuda/codegen/nvrtc.h"
 #include "knob_effects.h"
 
 namespace kiln::testing {
@@ -43,6 +44,87 @@ KILN_KNOB_EFFECT({
           EXPECT_EQ(base.layer("add").tactic, "kiln.binary");
         },
 });
+
+// SiLU and an NHWC channel scale (as squeeze-excite blocks end), fused into one
+// kiln.FusedElementwise.
+ir::Graph channelScale() {
+  GraphSketch g;
+  auto x = g.input("x", {2, 6, 6, 32});
+  auto silu = g.node("Mul", {x, g.node("Sigmoid", {x}, {}, "sigmoid")}, {}, "silu");
+  g.output(g.node("Mul", {silu, g.input("s", {2, 1, 1, 32})}, {}, "scale"));
+  return g.take();
+}
+
+std::string noNvrtc() {
+  std::string why;
+  return cuda::nvrtcAvailable(&why) ? "" : why;
+}
+
+// The one FusedElementwise layer's launch detail.
+std::string fusedDetail(const BuildSnapshot& build) {
+  const auto layers = build.layersOf("kiln.FusedElementwise");
+  EXPECT_EQ(layers.size(), 1u) << build.summary();
+  if (layers.size() != 1) return "";
+  const std::string& detail = layers[0]->detail;
+  // "generated kiln_fused_<hash>, vector 4 (16 bytes), ...": the hash changes with the kernel.
+  const size_t comma = detail.find(',');
+  return comma == std::string::npos ? detail : detail.substr(comma + 2);
+}
+
+KILN_KNOB_EFFECT({
+    .knob = "cuda.eltwise.codegen",
+    .value = "interpreter",
+    .shows =
+        "the fused SiLU and channel scale run in the kernel that interprets any program instead of "
+        "one NVRTC generated for it",
+    .backend = "cuda",
+    .graph = channelScale,
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          ASSERT_TRUE(changed.hasOp("kiln.FusedElementwise")) << changed.summary();
+          EXPECT_EQ(base.layersOf("kiln.FusedElementwise")[0]->tactic, "kiln.fused_eltwise.nvrtc");
+          EXPECT_EQ(changed.layersOf("kiln.FusedElementwise")[0]->tactic, "kiln.fused_eltwise");
+          EXPECT_EQ(changed.layersOf("kiln.FusedElementwise")[0]->detail,
+                    "strided rank 3 (32-bit index), 3 instructions");
+        },
+    .skipReason = noNvrtc,
+});
+
+struct CodegenLaunch {
+  const char* knob;
+  const char* value;
+  const char* detail;  // the changed build's, after the kernel name
+};
+
+// The launch knobs: each changes the generated kernel's block, pack or unrolling.
+[[maybe_unused]] const int kCodegenLaunchEffects = [] {
+  for (const CodegenLaunch launch : std::vector<CodegenLaunch>{
+           {"cuda.eltwise.codegen.block", "128", "vector 4 (16 bytes), block 128, unroll 1"},
+           {"cuda.eltwise.codegen.block", "512", "vector 4 (16 bytes), block 512, unroll 1"},
+           {"cuda.eltwise.codegen.block", "1024", "vector 4 (16 bytes), block 1024, unroll 1"},
+           {"cuda.eltwise.codegen.vector_bytes", "8", "vector 2 (8 bytes), block 256, unroll 1"},
+           {"cuda.eltwise.codegen.vector_bytes", "4", "vector 1 (4 bytes), block 256, unroll 1"},
+           {"cuda.eltwise.codegen.unroll", "2", "vector 4 (16 bytes), block 256, unroll 2"},
+           {"cuda.eltwise.codegen.unroll", "4", "vector 4 (16 bytes), block 256, unroll 4"}}) {
+    const std::string expected = launch.detail;
+    registerKnobEffect({
+        .knob = launch.knob,
+        .value = launch.value,
+        .shows =
+            std::string("the generated kernel of a fused SiLU and channel scale launches with ") +
+            launch.detail + " instead of vector 4 (16 bytes), block 256, unroll 1",
+        .backend = "cuda",
+        .graph = channelScale,
+        .expect =
+            [expected](const BuildSnapshot& base, const BuildSnapshot& changed) {
+              EXPECT_EQ(fusedDetail(base), "vector 4 (16 bytes), block 256, unroll 1");
+              EXPECT_EQ(fusedDetail(changed), expected);
+            },
+        .skipReason = noNvrtc,
+    });
+  }
+  return 0;
+}();
 
 // A long-row ReduceMean (a block per row) and a short-row ReduceSum (a warp per row).
 ir::Graph rowReductions() {

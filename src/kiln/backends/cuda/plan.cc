@@ -3,8 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <set>
 
+#include "kiln/backends/cuda/codegen/fused_codegen.h"
+#include "kiln/backends/cuda/codegen/nvrtc.h"
 #include "kiln/backends/cuda/plan.h"
 
 namespace kiln::cuda {
@@ -27,7 +31,10 @@ struct Plan::Device {
   PinnedMemory staging;            // outputs, for timed runs that include copies
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t graphExec = nullptr;
-  std::string graphNote;  // why the plan runs without a graph, when it does
+  std::string graphNote;              // why the plan runs without a graph, when it does
+  cudaLibrary_t generated = nullptr;  // the steps' generated kernels
+  int generatedKernels = 0;
+  double codegenMilliseconds = 0;
 
   Context context() const {
     Context c;
@@ -43,6 +50,7 @@ struct Plan::Device {
   ~Device() {
     if (graphExec) cudaGraphExecDestroy(graphExec);
     if (graph) cudaGraphDestroy(graph);
+    if (generated) cudaLibraryUnload(generated);
   }
 };
 
@@ -58,6 +66,39 @@ int64_t Plan::workspaceBytes() const { return device_ ? device_->workspace.bytes
 
 bool Plan::usesGraph() const { return device_ && device_->graphExec != nullptr; }
 std::string Plan::graphNote() const { return device_ ? device_->graphNote : ""; }
+int Plan::generatedKernels() const { return device_ ? device_->generatedKernels : 0; }
+double Plan::codegenMilliseconds() const { return device_ ? device_->codegenMilliseconds : 0; }
+
+// Compiles the steps' generated kernels as one program (NVRTC's fixed cost is paid once a plan,
+// and equal definitions, which share a name, once), loads it and binds each step to it.
+Status Plan::compileGenerated(Device& device) {
+  std::set<std::string> seen;
+  std::string program;
+  for (const auto& step : steps_) {
+    std::string code = step->generatedCode();
+    if (code.empty() || !seen.insert(code).second) continue;
+    program += code;
+  }
+  if (program.empty()) return Status::ok();
+  program = codegenPreamble() + program;
+  const int before = nvrtcCompilations();
+  const auto start = std::chrono::steady_clock::now();
+  KILN_ASSIGN_OR_RETURN(
+      std::string cubin,
+      compileToCubin(program, "kiln_plan.cu", device.info.computeMajor, device.info.computeMinor));
+  if (nvrtcCompilations() != before) {
+    device.codegenMilliseconds =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  }
+  device.generatedKernels = static_cast<int>(seen.size());
+  KILN_CUDA_CHECK(cudaLibraryLoadData(&device.generated, cubin.data(), nullptr, nullptr, 0, nullptr,
+                                      nullptr, 0));
+  for (const auto& step : steps_) {
+    if (step->generatedCode().empty()) continue;
+    KILN_RETURN_IF_ERROR(step->bindGenerated(device.generated));
+  }
+  return Status::ok();
+}
 
 Status Plan::initialize() {
   if (device_) return Status::ok();
@@ -80,6 +121,7 @@ Status Plan::initialize() {
   prepare.context = device->context();
   prepare.device = &device->info;
   prepare.keep = &device->kept;
+  KILN_RETURN_IF_ERROR(compileGenerated(*device));
   int64_t workspace = 0;
   bool capturable = graphsAllowed_;
   for (const auto& step : steps_) {

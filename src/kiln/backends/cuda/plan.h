@@ -81,6 +81,11 @@ class Step {
   // False for steps that synchronise or touch host memory: a plan with one is never captured
   // into a CUDA graph.
   virtual bool capturable() const { return true; }
+  // Kernels this step generated at lowering (CUDA C++ definitions, "" for none). The plan
+  // compiles all its steps' definitions as one NVRTC program when it initializes, then hands each
+  // step the loaded library (bindGenerated) before prepare.
+  virtual std::string generatedCode() const { return ""; }
+  virtual Status bindGenerated(cudaLibrary_t /*library*/) { return Status::ok(); }
 
   const ir::Node* node = nullptr;
   std::string tactic;  // "cublaslt", "cudnn", "kiln.eltwise", "host.reference", ...
@@ -141,6 +146,10 @@ class Plan {
   bool usesGraph() const;
   // Why runs do not replay a graph ("" when they do, or before initialize).
   std::string graphNote() const;
+  // The kernels generated at lowering (distinct definitions) and the milliseconds NVRTC took to
+  // compile them when the plan initialized (0 when found compiled by an earlier plan).
+  int generatedKernels() const;
+  double codegenMilliseconds() const;
   const ir::Graph& graph() const { return *graph_; }
 
  private:
@@ -148,6 +157,7 @@ class Plan {
                                   const knobs::Route& route);
   struct Device;  // everything made on the device
 
+  Status compileGenerated(Device& device);
   Status uploadInputs(const std::vector<ir::Tensor>& inputs);
   Status enqueueSteps() const;
   Status enqueueRun();  // graph launch or the steps

@@ -17,6 +17,7 @@
 
 #include "kiln/backends/cuda/kernels/device_types.cuh"
 #include "kiln/backends/cuda/kernels/eltwise.h"
+#include "kiln/backends/cuda/kernels/fused_ops.cuh"
 
 namespace kiln::cuda {
 
@@ -1104,54 +1105,51 @@ __device__ __forceinline__ float fusedEvaluate(const FusedInstruction& instructi
   const float alpha = instruction.params[0], beta = instruction.params[1];
   switch (instruction.opcode) {
     case FusedOpcode::kRelu:
-      return x < 0.0f ? 0.0f : x;
+      return kiln_relu(x);
     case FusedOpcode::kSigmoid:
-      return 1.0f / (1.0f + expf(-x));
+      return kiln_sigmoid(x);
     case FusedOpcode::kTanh:
-      return tanhf(x);
+      return kiln_tanh(x);
     case FusedOpcode::kExp:
-      return expf(x);
+      return kiln_exp(x);
     case FusedOpcode::kLog:
-      return logf(x);
+      return kiln_log(x);
     case FusedOpcode::kSqrt:
-      return sqrtf(x);
+      return kiln_sqrt(x);
     case FusedOpcode::kNeg:
-      return -x;
+      return kiln_neg(x);
     case FusedOpcode::kAbs:
-      return fabsf(x);
+      return kiln_abs(x);
     case FusedOpcode::kErf:
-      return erff(x);
+      return kiln_erf(x);
     case FusedOpcode::kReciprocal:
-      return 1.0f / x;
+      return kiln_reciprocal(x);
     case FusedOpcode::kHardSigmoid:
-      return hardSigmoidClamp(alpha * x + beta);
+      return kiln_hard_sigmoid(x, alpha, beta);
     case FusedOpcode::kHardSwish:
-      return x * stdMax(0.0f, stdMin(1.0f, x / 6.0f + 0.5f));
+      return kiln_hard_swish(x);
     case FusedOpcode::kLeakyRelu:
-      return x < 0.0f ? alpha * x : x;
+      return kiln_leaky_relu(x, alpha);
     case FusedOpcode::kClip:
-      // min first, then max, as Clip: with min > max every value becomes max; NaN stays NaN.
-      if (x < alpha) x = alpha;
-      if (x > beta) x = beta;
-      return x;
+      return kiln_clip(x, alpha, beta);
     case FusedOpcode::kGelu:
-      return GeluOp{}(x);
+      return kiln_gelu(x);
     case FusedOpcode::kGeluTanh:
-      return GeluTanhOp{}(x);
+      return kiln_gelu_tanh(x);
     case FusedOpcode::kAdd:
-      return x + y;
+      return kiln_add(x, y);
     case FusedOpcode::kSub:
-      return x - y;
+      return kiln_sub(x, y);
     case FusedOpcode::kMul:
-      return x * y;
+      return kiln_mul(x, y);
     case FusedOpcode::kDiv:
-      return x / y;
+      return kiln_div(x, y);
     case FusedOpcode::kPow:
-      return powf(x, y);
+      return kiln_pow(x, y);
     case FusedOpcode::kMax:
-      return maximum(x, y);
+      return kiln_max(x, y);
     case FusedOpcode::kMin:
-      return minimum(x, y);
+      return kiln_min(x, y);
   }
   return __int_as_float(0x7fc00000);  // NaN
 }

@@ -10,6 +10,8 @@
 #include <map>
 #include <optional>
 
+#include "kiln/backends/cuda/codegen/fused_codegen.h"
+#include "kiln/backends/cuda/codegen/nvrtc.h"
 #include "kiln/backends/cuda/kernels/element_type.h"
 #include "kiln/backends/cuda/kernels/eltwise.h"
 #include "kiln/backends/cuda/kernels/steps.h"
@@ -26,6 +28,52 @@ const knobs::Knob kEltwiseVectorWidth = knobs::declareKnob({
     .help = "elementwise kernels on operands of the output's shape (or scalars): 4 moves four "
             "elements per thread as one aligned load and store (16 bytes for float32), 1 moves "
             "one element at a time",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kEltwiseCodegen = knobs::declareKnob({
+    .name = "cuda.eltwise.codegen",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"nvrtc", "interpreter"},
+    .defaultValue = "nvrtc",
+    .help = "kiln.FusedElementwise: a kernel generated for the node (its program as straight-line "
+            "code, its shape and broadcast strides as constants) and compiled by NVRTC when the "
+            "plan initializes, or the one kernel that interprets any program (also what nvrtc "
+            "falls back to where libnvrtc cannot be loaded)",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kEltwiseCodegenBlock = knobs::declareKnob({
+    .name = "cuda.eltwise.codegen.block",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"256", "128", "512", "1024"},
+    .defaultValue = "256",
+    .help = "threads per block of a generated elementwise kernel (cuda.eltwise.codegen=nvrtc)",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kEltwiseCodegenVectorBytes = knobs::declareKnob({
+    .name = "cuda.eltwise.codegen.vector_bytes",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"16", "8", "4"},
+    .defaultValue = "16",
+    .help = "bytes a thread of a generated elementwise kernel loads and stores at once where an "
+            "operand walks the innermost axis (16: four float32 or eight float16 elements); 4 is "
+            "one float32 element, so no packs",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kEltwiseCodegenUnroll = knobs::declareKnob({
+    .name = "cuda.eltwise.codegen.unroll",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"1", "2", "4"},
+    .defaultValue = "1",
+    .help = "packs each thread of a generated elementwise kernel takes per trip of its loop, one "
+            "block's width apart (more loads in flight a thread, fewer blocks)",
     .backends = {"cuda"},
     .perNode = true,
 });
@@ -309,6 +357,63 @@ class FusedStep final : public EltwiseStep {
 
  private:
   FusedLaunch launch_;
+};
+
+// kiln.FusedElementwise through a kernel generated for it (codegen/fused_codegen.h): the plan
+// compiles the definitions and binds the step to them before it prepares.
+class GeneratedFusedStep final : public EltwiseStep {
+ public:
+  explicit GeneratedFusedStep(GeneratedFusedKernel kernel) : kernel_(std::move(kernel)) {}
+
+  std::string generatedCode() const override { return kernel_.source; }
+
+  Status bindGenerated(cudaLibrary_t library) override {
+    if (kernel_.vector > 1) {
+      KILN_CUDA_CHECK(cudaLibraryGetKernel(&vector_, library, (kernel_.name + "_v").c_str()));
+    }
+    KILN_CUDA_CHECK(cudaLibraryGetKernel(&scalar_, library, (kernel_.name + "_s").c_str()));
+    return Status::ok();
+  }
+
+  Status enqueue(const Context& context) const override {
+    if (kernel_.elements == 0) return Status::ok();
+    if (!scalar_) return internalError("the generated kernel {} was not bound", kernel_.name);
+    const void* pointers[kMaxBroadcastOperands] = {};
+    void* out = context.address(*outputs[0]);
+    void* arguments[kMaxBroadcastOperands + 1];
+    // The vector kernel loads packs of the operands that walk the innermost axis (and stores
+    // them): each of those must be pack-aligned, or the scalar kernel runs.
+    const uintptr_t alignment = static_cast<uintptr_t>(kernel_.vector * kernel_.elementBytes);
+    bool packed = vector_ != nullptr && reinterpret_cast<uintptr_t>(out) % alignment == 0;
+    for (int k = 0; k < kernel_.operands; ++k) {
+      pointers[k] = context.address(*inputs[static_cast<size_t>(k)]);
+      if (kernel_.packedOperand[k] && reinterpret_cast<uintptr_t>(pointers[k]) % alignment != 0) {
+        packed = false;
+      }
+      arguments[k] = &pointers[k];
+    }
+    arguments[kernel_.operands] = &out;
+    const int64_t work = packed ? kernel_.packs : kernel_.elements;
+    const int64_t perBlock = int64_t{kernel_.blockThreads} * kernel_.unroll;
+    const auto blocks = static_cast<unsigned>(
+        std::clamp<int64_t>((work + perBlock - 1) / perBlock, 1, int64_t{1} << 20));
+    KILN_CUDA_CHECK(cudaLaunchKernel(
+        reinterpret_cast<const void*>(packed ? vector_ : scalar_), dim3(blocks),
+        dim3(static_cast<unsigned>(kernel_.blockThreads)), arguments, 0, context.stream));
+    KILN_CUDA_CHECK_LAUNCH("the generated fused elementwise kernel");
+    return Status::ok();
+  }
+
+  std::string detail() const override {
+    return fmt::format("generated {}, vector {} ({} bytes), block {}, unroll {}", kernel_.name,
+                       kernel_.vector, kernel_.vector * kernel_.elementBytes, kernel_.blockThreads,
+                       kernel_.unroll);
+  }
+
+ private:
+  GeneratedFusedKernel kernel_;
+  cudaKernel_t vector_ = nullptr;
+  cudaKernel_t scalar_ = nullptr;
 };
 
 template <typename S>
@@ -631,6 +736,15 @@ std::unique_ptr<Step> makeFused(const ir::Node& node, const knobs::Route& route)
   }
   auto geometry = broadcastGeometry(y->shape, shapes);
   if (!geometry) return nullptr;
+  if (route.value(kEltwiseCodegen, &node) == "nvrtc" && nvrtcAvailable()) {
+    FusedCodegenOptions options;
+    options.blockThreads = std::stoi(route.value(kEltwiseCodegenBlock, &node));
+    options.vectorBytes = std::stoi(route.value(kEltwiseCodegenVectorBytes, &node));
+    options.unroll = std::stoi(route.value(kEltwiseCodegenUnroll, &node));
+    return withTactic(std::make_unique<GeneratedFusedStep>(
+                          generateFusedKernel(*program, *type, *geometry, options)),
+                      "kiln.fused_eltwise.nvrtc");
+  }
   FusedLaunch launch;
   launch.type = *type;
   launch.geometry = *geometry;
