@@ -634,13 +634,40 @@ TEST(CudaDataMove, ResizeLinearEveryTransformUpAndDown) {
     SCOPED_TRACE(transform);
     const CudaAttributes attributes = {{"mode", stringAttr("linear")},
                                        {"coordinate_transformation_mode", stringAttr(transform)}};
+    // Both image axes interpolate: the two-axis kernel.
     expectCudaMatchesReference(
-        resizeCase(x, {1, 1, 2, 1.5f}, attributes, "kiln.resize.interpolate", {}, 19));
+        resizeCase(x, {1, 1, 2, 1.5f}, attributes, "kiln.resize.two_axes", {}, 19));
+    // Halving the height asymmetrically lands every row on an input row: one tap there.
+    const bool collapses = std::string(transform) == "asymmetric";
     expectCudaMatchesReference(
-        resizeCase(x, {1, 1, 0.5f, 0.4f}, attributes, "kiln.resize.interpolate", {}, 19));
-    expectCudaMatchesReference(
-        resizeCase(x, {}, attributes, "kiln.resize.interpolate", {2, 3, 13, 1}, 19));
+        resizeCase(x, {1, 1, 0.5f, 0.4f}, attributes,
+                   collapses ? "kiln.resize.interpolate" : "kiln.resize.two_axes", {}, 19));
+    // One output column: that axis collapses to one tap under some transforms, not others.
+    expectCudaMatchesReference(resizeCase(x, {}, attributes, "", {2, 3, 13, 1}, 19));
   }
+}
+
+// The two-axis kernel (two neighbouring axes with two taps each, the rest copied) against the
+// general one's cases: NCHW and NHWC images, float16, DeepLabV3's final 8x upsampling; one
+// resized axis, three, or a resized batch axis stay general.
+TEST(CudaDataMove, ResizeTwoNeighbouringAxesLinear) {
+  const CudaAttributes linear = {{"mode", stringAttr("linear")}};
+  const CudaAttributes aligned = {{"mode", stringAttr("linear")},
+                                  {"coordinate_transformation_mode", stringAttr("align_corners")}};
+  expectCudaMatchesReference(
+      resizeCase(floats({2, 3, 7, 5}, 90), {1, 1, 2.5f, 3}, linear, "kiln.resize.two_axes"));
+  expectCudaMatchesReference(
+      resizeCase(floats({2, 7, 5, 24}, 91), {1, 2, 1.6f, 1}, aligned, "kiln.resize.two_axes"));
+  CudaOpCase half = resizeCase(floats({1, 21, 65, 65}, 92).castTo(DType::kFloat16), {}, linear,
+                               "kiln.resize.two_axes", {1, 21, 520, 520});
+  half.rtol = half.atol = 1e-2;
+  expectCudaMatchesReference(half);
+  expectCudaMatchesReference(
+      resizeCase(floats({2, 3, 7, 5}, 93), {1, 1, 1, 3}, linear, "kiln.resize.interpolate"));
+  expectCudaMatchesReference(
+      resizeCase(floats({2, 3, 7, 5}, 94), {1, 2, 2, 3}, linear, "kiln.resize.interpolate"));
+  expectCudaMatchesReference(
+      resizeCase(floats({2, 3, 7, 5}, 95), {2, 1, 2, 3}, linear, "kiln.resize.interpolate"));
 }
 
 TEST(CudaDataMove, ResizeCubicWithAndWithoutExcludeOutside) {
@@ -686,7 +713,7 @@ TEST(CudaDataMove, ResizeAxesAndAspectRatioPolicy) {
   // Opset 18's axes: scales for the spatial axes only.
   expectCudaMatchesReference(
       resizeCase(x, {2, 0.75f}, {{"mode", stringAttr("linear")}, {"axes", intsAttr({2, -1})}},
-                 "kiln.resize.interpolate"));
+                 "kiln.resize.two_axes"));
   for (const char* policy : {"not_larger", "not_smaller"}) {
     SCOPED_TRACE(policy);
     expectCudaMatchesReference(resizeCase(
@@ -698,7 +725,7 @@ TEST(CudaDataMove, ResizeAxesAndAspectRatioPolicy) {
 TEST(CudaDataMove, ResizeOpset10AndUpsample) {
   const Tensor x = floats({1, 2, 3, 4}, 89);
   CudaOpCase resize10 = exact("Resize", {runtime(x), constant(floatValues({1, 1, 2, 1.5f}))},
-                              {{"mode", stringAttr("linear")}}, "kiln.resize.interpolate", 10);
+                              {{"mode", stringAttr("linear")}}, "kiln.resize.two_axes", 10);
   resize10.rtol = resize10.atol = 1e-5;
   expectCudaMatchesReference(resize10);
   expectCudaMatchesReference(exact("Upsample", {runtime(x), constant(floatValues({1, 1, 2, 3}))},
@@ -706,7 +733,7 @@ TEST(CudaDataMove, ResizeOpset10AndUpsample) {
   CudaOpCase upsample7 =
       exact("Upsample", {runtime(x)},
             {{"mode", stringAttr("linear")}, {"scales", floatsAttr({1, 1, 2, 2})}},
-            "kiln.resize.interpolate", 7);
+            "kiln.resize.two_axes", 7);
   upsample7.rtol = upsample7.atol = 1e-5;
   expectCudaMatchesReference(upsample7);
 }

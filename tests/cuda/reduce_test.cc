@@ -294,6 +294,16 @@ TEST(CudaReduce, SplitColumnsForFewOutputsOverLongRanges) {
       expectCudaMatchesReference(reduceCase(op, nhwc, std::vector<int64_t>{1, 2}, 1));
     }
   }
+  // More, shorter splits (cuda.reduce.split_blocks, cuda.reduce.split_min_chunk).
+  const Tensor wide = uniformTensor({8, 56, 56, 40}, seed++, -2, 2).castTo(DType::kFloat16);
+  for (const char* route : {"-cuda.reduce.split_blocks=1056 -cuda.reduce.split_min_chunk=64",
+                            "-cuda.reduce.split_blocks=2112 -cuda.reduce.split_min_chunk=128",
+                            "-cuda.reduce.split_blocks=528 -cuda.reduce.split_min_chunk=256"}) {
+    SCOPED_TRACE(route);
+    for (const char* op : {"ReduceMean", "ReduceMax"}) {
+      expectCudaMatchesReference(reduceCase(op, wide, std::vector<int64_t>{1, 2}, 1, 18, route));
+    }
+  }
   const Tensor ints = randomInts(DType::kInt64, {6000, 5}, seed++, -9, 9).castTo(DType::kInt32);
   expectCudaMatchesReference(reduceCase("ReduceSum", ints, std::vector<int64_t>{0}, 0));
   const Tensor ties = randomInts(DType::kInt64, {9000, 3}, seed++, 0, 4).castTo(DType::kFloat32);

@@ -167,6 +167,57 @@ KILN_KNOB_EFFECT({
         },
 });
 
+// A spatial mean over NHWC ([8, side, side, 40] to [8, 1, 1, 40]): 10 tiles of 32 outputs.
+std::function<ir::Graph()> spatialMean(int64_t side) {
+  return [side] {
+    GraphSketch g;
+    auto x = g.input("x", {8, side, side, 40});
+    g.output(g.node("ReduceMean", {x, g.constant("hw", axes({1, 2}))}, {}, "mean"));
+    return g.take();
+  };
+}
+
+struct SplitEffect {
+  const char* knob;
+  const char* value;
+  int splits;  // the changed build's
+};
+
+[[maybe_unused]] const int kReduceSplitEffects = [] {
+  auto detail = [](int splits) {
+    return "columns, 32x8 blocks, range split " + std::to_string(splits) + " ways";
+  };
+  for (const SplitEffect effect : std::vector<SplitEffect>{
+           // 112x112 with a 64-element minimum (12544 / 64 = 196 splits at most): the block
+           // target binds, 264 / 10 tiles -> 27 splits by default.
+           {"cuda.reduce.split_blocks", "528", 53},
+           {"cuda.reduce.split_blocks", "1056", 106},
+           {"cuda.reduce.split_blocks", "2112", 196},
+           // 56x56 (3136 elements): the minimum binds, 3136 / 512 -> 6 splits by default.
+           {"cuda.reduce.split_min_chunk", "256", 12},
+           {"cuda.reduce.split_min_chunk", "128", 24},
+           {"cuda.reduce.split_min_chunk", "64", 27}}) {
+    const bool blocks = std::string(effect.knob) == "cuda.reduce.split_blocks";
+    const std::string expected = detail(effect.splits);
+    const std::string base = detail(blocks ? 27 : 6);
+    registerKnobEffect({
+        .knob = effect.knob,
+        .value = effect.value,
+        .shows = "a spatial mean over NHWC splits its range " + std::to_string(effect.splits) +
+                 " ways instead of " + (blocks ? "27" : "6"),
+        .backend = "cuda",
+        .graph = spatialMean(blocks ? 112 : 56),
+        .baseRoute = blocks ? "-cuda.reduce.split_min_chunk=64" : "",
+        .expect =
+            [expected, base](const BuildSnapshot& baseBuild, const BuildSnapshot& changed) {
+              EXPECT_EQ(baseBuild.layer("mean").detail, base);
+              EXPECT_EQ(changed.layer("mean").detail, expected);
+            },
+    });
+  }
+  return 0;
+}();
+
 }  // namespace
 }  // namespace kiln::testing
 #endif

@@ -403,6 +403,42 @@ __global__ void resizeInterpolateKernel(ResizeTables r, const T* __restrict__ x,
   }
 }
 
+// ResizeTables::twoAxesLinear: output element (o, h, w, c) of [outer, H, W, inner] sums the four
+// taps (h0, w0), (h0, w1), (h1, w0), (h1, w1) with weight wh * ww, as the general kernel does.
+template <typename T>
+__global__ void resizeTwoAxesKernel(ResizeTables r, const T* __restrict__ x, T* __restrict__ y,
+                                    unsigned total) {
+  const unsigned height = static_cast<unsigned>(r.dims[r.axis]);
+  const unsigned width = static_cast<unsigned>(r.dims[r.axis + 1]);
+  const unsigned inner = static_cast<unsigned>(r.inner);
+  const unsigned plane = static_cast<unsigned>(r.inputPlane);
+  const int64_t* rowOffsets = r.offsets + r.tableStart[r.axis];
+  const float* rowWeights = r.weights + r.tableStart[r.axis];
+  const int64_t* columnOffsets = r.offsets + r.tableStart[r.axis + 1];
+  const float* columnWeights = r.weights + r.tableStart[r.axis + 1];
+  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+    unsigned rest = i;
+    const unsigned c = rest % inner;
+    rest /= inner;
+    const unsigned w = rest % width;
+    rest /= width;
+    const unsigned h = rest % height;
+    const unsigned base = rest / height * plane + c;
+    float sum = 0.0f;
+#pragma unroll
+    for (int th = 0; th < 2; ++th) {
+      const unsigned row = base + static_cast<unsigned>(rowOffsets[2 * h + th]);
+      const float rowWeight = rowWeights[2 * h + th];
+#pragma unroll
+      for (int tw = 0; tw < 2; ++tw) {
+        const float weight = rowWeight * columnWeights[2 * w + tw];
+        sum += weight * device::load(x[row + static_cast<unsigned>(columnOffsets[2 * w + tw])]);
+      }
+    }
+    y[i] = device::fromFloat<T>(sum);
+  }
+}
+
 bool validRank(int rank) { return rank >= 0 && rank <= kMaxMoveRank; }
 
 int64_t productOf(const int64_t* dims, int rank) {
@@ -646,8 +682,13 @@ cudaError_t launchResizeInterpolate(const ResizeTables& tables, ElementType type
   if (tables.rank == 0 || !tables.offsets || !tables.weights) return cudaErrorInvalidValue;
   return device::byFloatType(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    resizeInterpolateKernel<T><<<blocksFor(total), kThreads, 0, stream>>>(
-        tables, static_cast<const T*>(x), static_cast<T*>(y), total);
+    if (tables.twoAxesLinear) {
+      resizeTwoAxesKernel<T><<<blocksFor(total), kThreads, 0, stream>>>(
+          tables, static_cast<const T*>(x), static_cast<T*>(y), static_cast<unsigned>(total));
+    } else {
+      resizeInterpolateKernel<T><<<blocksFor(total), kThreads, 0, stream>>>(
+          tables, static_cast<const T*>(x), static_cast<T*>(y), total);
+    }
     return cudaGetLastError();
   });
 }

@@ -172,6 +172,16 @@ struct ResizeTables {
   const int64_t* offsets = nullptr;  // device memory
   const float* weights = nullptr;    // device memory, beside offsets
   float extrapolation = 0.0f;
+  // Set where two neighbouring axes (axis, axis + 1) take two taps at every coordinate, every
+  // other axis copies its input (one tap, weight 1, the same coordinate), no coordinate is
+  // outside and every index fits 31 bits (bilinear upsampling of NCHW or NHWC images): a kernel
+  // then walks the output as [outer, H, W, inner] in 32-bit arithmetic, summing the same products
+  // in the same order as the general one.
+  bool twoAxesLinear = false;
+  int axis = 0;
+  int64_t outer = 1;       // output elements before `axis` (the input's too)
+  int64_t inner = 1;       // after axis + 1
+  int64_t inputPlane = 0;  // input elements a step of `outer` moves: inH * inW * inner
 };
 cudaError_t launchResizeInterpolate(const ResizeTables& tables, ElementType type, const void* x,
                                     void* y, cudaStream_t stream);

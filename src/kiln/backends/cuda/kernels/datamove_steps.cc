@@ -809,6 +809,42 @@ bool collapsible(const std::vector<AxisSample>& samples) {
   return true;
 }
 
+// Whether `tables` take ResizeTables::twoAxesLinear's kernel, filling in its walk if so.
+bool twoAxesLinear(ResizeTables& tables, const std::vector<int64_t>& offsets,
+                   const std::vector<float>& weights, const ir::Shape& input,
+                   const ir::Shape& output) {
+  constexpr int64_t kLimit = int64_t{1} << 31;
+  if (output.elementCount() >= kLimit || input.elementCount() >= kLimit) return false;
+  for (int64_t offset : offsets) {
+    if (offset < 0) return false;  // outside the crop
+  }
+  const std::vector<int64_t> strides = input.strides();
+  int first = -1;
+  for (int a = 0; a < tables.rank; ++a) {
+    const auto axis = static_cast<size_t>(a);
+    if (tables.taps[a] == 2) {
+      if (first >= 0 && a != first + 1) return false;
+      if (first < 0) first = a;
+      continue;
+    }
+    // Any other axis must copy: one tap of weight 1 at the output's own coordinate.
+    if (tables.taps[a] != 1 || input[axis] != output[axis]) return false;
+    for (int64_t coord = 0; coord < output[axis]; ++coord) {
+      const auto at = static_cast<size_t>(tables.tableStart[a] + coord);
+      if (offsets[at] != coord * strides[axis] || weights[at] != 1.0f) return false;
+    }
+  }
+  if (first < 0 || first + 1 >= tables.rank || tables.taps[first + 1] != 2) return false;
+  tables.axis = first;
+  tables.outer = 1;
+  for (int a = 0; a < first; ++a) tables.outer *= output[static_cast<size_t>(a)];
+  tables.inner = 1;
+  for (int a = first + 2; a < tables.rank; ++a) tables.inner *= output[static_cast<size_t>(a)];
+  tables.inputPlane =
+      input[static_cast<size_t>(first)] * input[static_cast<size_t>(first) + 1] * tables.inner;
+  return true;
+}
+
 class ResizeInterpolateStep final : public Step {
  public:
   ResizeInterpolateStep(ResizeTables tables, ElementType type, std::vector<int64_t> offsets,
@@ -913,9 +949,11 @@ std::unique_ptr<Step> makeResize(const ir::Node& node) {
       }
     }
   }
+  tables.twoAxesLinear = twoAxesLinear(tables, offsets, weights, x->shape, y->shape);
+  const bool twoAxes = tables.twoAxesLinear;
   auto step = std::make_unique<ResizeInterpolateStep>(tables, *elementTypeOf(x->dtype),
                                                       std::move(offsets), std::move(weights));
-  step->tactic = "kiln.resize.interpolate";
+  step->tactic = twoAxes ? "kiln.resize.two_axes" : "kiln.resize.interpolate";
   return step;
 }
 

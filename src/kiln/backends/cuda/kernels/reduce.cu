@@ -26,10 +26,6 @@ constexpr int64_t kWarpRowLimit = 1024;
 // The column kernel's block: 32 neighbouring outputs by 8 slices of the reduced range.
 constexpr int kColumnWidth = 32;
 constexpr int kColumnSlices = 8;
-// Split columns: enough blocks to fill the GPU twice over (132 SMs on the H200), each reducing
-// at least this many elements per output.
-constexpr int64_t kSplitTargetBlocks = 264;
-constexpr int64_t kSplitMinChunk = 512;
 
 unsigned blocksFor(int64_t units) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(units, kMaxBlocks)));
@@ -523,7 +519,7 @@ cudaError_t launchWith(const ReduceLaunch& launch, const R& reducer, cudaStream_
   const T* x = static_cast<const T*>(launch.x);
   auto* y = static_cast<typename R::Out*>(launch.y);
   const DoubleMax<T> first{};
-  const int64_t splits = R::kTwoPass ? 1 : reduceColumnSplits(launch.op, g);
+  const int64_t splits = R::kTwoPass ? 1 : reduceColumnSplits(launch);
   if (splits > 1) {
     if (!launch.workspace) return cudaErrorInvalidValue;
     auto* partials = static_cast<typename R::State*>(launch.workspace);
@@ -558,18 +554,21 @@ bool isRealType(ElementType type) {
 
 }  // namespace
 
-int64_t reduceColumnSplits(ReduceOp op, const ReduceGeometry& g) {
-  if (g.rows || g.outputs <= 0 || op == ReduceOp::kLogSumExp) return 1;
+int64_t reduceColumnSplits(const ReduceLaunch& launch) {
+  const ReduceGeometry& g = launch.geometry;
+  if (g.rows || g.outputs <= 0 || launch.op == ReduceOp::kLogSumExp) return 1;
+  const int64_t target = std::max<int64_t>(1, launch.splitTargetBlocks);
   const int64_t tiles = (g.outputs + kColumnWidth - 1) / kColumnWidth;
-  if (tiles >= kSplitTargetBlocks || tiles > 65535) return 1;
-  const int64_t wanted = (kSplitTargetBlocks + tiles - 1) / tiles;
-  const int64_t most = g.reduced / kSplitMinChunk;  // each chunk at least kSplitMinChunk long
+  if (tiles >= target || tiles > 65535) return 1;
+  const int64_t wanted = (target + tiles - 1) / tiles;
+  // Each chunk at least splitMinChunk long.
+  const int64_t most = g.reduced / std::max<int64_t>(1, launch.splitMinChunk);
   return std::max<int64_t>(1, std::min<int64_t>({wanted, most, 65535}));
 }
 
-int64_t reduceWorkspaceBytes(ReduceOp op, const ReduceGeometry& g) {
-  const int64_t splits = reduceColumnSplits(op, g);
-  return splits > 1 ? splits * g.outputs * 16 : 0;
+int64_t reduceWorkspaceBytes(const ReduceLaunch& launch) {
+  const int64_t splits = reduceColumnSplits(launch);
+  return splits > 1 ? splits * launch.geometry.outputs * 16 : 0;
 }
 
 bool reduceUsesWarpRows(const ReduceGeometry& geometry) {

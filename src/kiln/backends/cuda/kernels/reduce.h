@@ -60,6 +60,10 @@ struct ReduceLaunch {
   ReduceGeometry geometry;
   bool selectLastIndex = false;  // ArgMax/ArgMin: ties go to the last index
   int blockThreads = 256;        // the row kernel's block: 128, 256 or 512
+  // Split columns (see reduceColumnSplits): the blocks to aim for, and the fewest reduced
+  // elements a split takes.
+  int64_t splitTargetBlocks = 264;
+  int64_t splitMinChunk = 512;
   const void* x = nullptr;
   void* y = nullptr;
   void* workspace = nullptr;  // reduceWorkspaceBytes(op, geometry) bytes, 16-aligned
@@ -69,10 +73,11 @@ bool reduceSupported(ReduceOp op, ElementType type);
 cudaError_t launchReduce(const ReduceLaunch& launch, cudaStream_t stream);
 
 // Column reductions with few outputs and a long reduced range (global pooling over NHWC, say)
-// split the range over blocks: how many splits (1: none), and the workspace their partial states
-// need (0 without splits).
-int64_t reduceColumnSplits(ReduceOp op, const ReduceGeometry& geometry);
-int64_t reduceWorkspaceBytes(ReduceOp op, const ReduceGeometry& geometry);
+// split the range over blocks, enough for the launch's splitTargetBlocks where each split keeps
+// at least splitMinChunk elements: how many splits (1: none), and the workspace their partial
+// states need (0 without splits).
+int64_t reduceColumnSplits(const ReduceLaunch& launch);
+int64_t reduceWorkspaceBytes(const ReduceLaunch& launch);
 
 // Whether the row kernel gives each output a warp (short reductions) or a whole block.
 bool reduceUsesWarpRows(const ReduceGeometry& geometry);

@@ -24,6 +24,29 @@ const knobs::Knob kReduceBlock = knobs::declareKnob({
     .perNode = true,
 });
 
+const knobs::Knob kReduceSplitBlocks = knobs::declareKnob({
+    .name = "cuda.reduce.split_blocks",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"264", "528", "1056", "2112"},
+    .defaultValue = "264",
+    .help = "blocks a column reduction with few outputs over a long range (a spatial mean in "
+            "NHWC) aims for when it splits the range: 264 is two a multiprocessor of the H200, "
+            "1056 eight (fewer loads a thread, more partial states to combine)",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kReduceSplitMinChunk = knobs::declareKnob({
+    .name = "cuda.reduce.split_min_chunk",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"512", "256", "128", "64"},
+    .defaultValue = "512",
+    .help = "the fewest reduced elements one split of a column reduction takes (so short ranges "
+            "are split less or not at all)",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
 namespace {
 
 using ir::DType;
@@ -76,13 +99,11 @@ class ReduceStep final : public Step {
     return Status::ok();
   }
 
-  int64_t workspaceBytes() const override {
-    return reduceWorkspaceBytes(launch_.op, launch_.geometry);
-  }
+  int64_t workspaceBytes() const override { return reduceWorkspaceBytes(launch_); }
 
   std::string detail() const {
     const std::string block = std::to_string(launch_.blockThreads);
-    const int64_t splits = reduceColumnSplits(launch_.op, launch_.geometry);
+    const int64_t splits = reduceColumnSplits(launch_);
     if (splits > 1) return "columns, 32x8 blocks, range split " + std::to_string(splits) + " ways";
     if (!launch_.geometry.rows) return "columns, 32x8 blocks";
     if (reduceUsesWarpRows(launch_.geometry)) {
@@ -173,6 +194,8 @@ std::unique_ptr<Step> makeReduceStep(const ir::Node& node, const knobs::Route& r
   if (!geometry || geometry->outputs != y->shape.elementCount()) return nullptr;
   launch.geometry = *geometry;
   launch.blockThreads = std::stoi(route.value(kReduceBlock, &node));
+  launch.splitTargetBlocks = std::stoll(route.value(kReduceSplitBlocks, &node));
+  launch.splitMinChunk = std::stoll(route.value(kReduceSplitMinChunk, &node));
   auto step = std::make_unique<ReduceStep>(launch);
   step->tactic = "kiln.reduce";
   return step;
