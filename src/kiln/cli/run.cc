@@ -296,8 +296,12 @@ int runModel(const RunOptions& options) {
   } else if (options.backend == "cuda") {
     auto flags = builderConfigFromFlags(options.route, options.dumpIrAfter);
     if (!flags.isOk()) return reportError(flags.status());
+    const auto buildStart = std::chrono::steady_clock::now();
     auto built = buildCuda(std::move(model->graph), *flags);
     if (!built.isOk()) return reportError(built.status());
+    const double lowerMs = std::chrono::duration<double, std::milli>(
+                               std::chrono::steady_clock::now() - buildStart)
+                               .count();
     cudaBuild.emplace(std::move(built).value());
     auto device = cuda::currentDevice();
     if (!device.isOk()) {
@@ -318,6 +322,20 @@ int runModel(const RunOptions& options) {
       std::printf("note: %d of %zu layers have no GPU kernel and run on the host\n", onHost,
                   cudaBuild->plan.steps().size());
     }
+    // The plan's device-side build: weights, step preparation (library algorithm choice, the
+    // generated kernels' compilation), CUDA graph capture.
+    const auto initializeStart = std::chrono::steady_clock::now();
+    if (Status initialized = cudaBuild->plan.initialize(); !initialized.isOk()) {
+      return reportError(initialized);
+    }
+    std::printf(
+        "build: passes and lowering %.1f ms, device preparation %.1f ms (%d generated kernels, "
+        "NVRTC %.1f ms)\n",
+        lowerMs,
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                  initializeStart)
+            .count(),
+        cudaBuild->plan.generatedKernels(), cudaBuild->plan.codegenMilliseconds());
     runOnce = [&](std::vector<double>* steps) { return cudaBuild->plan.run(inputs, steps); };
 #endif
   } else {
