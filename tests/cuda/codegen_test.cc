@@ -198,6 +198,41 @@ TEST(CudaCodegen, EveryLaunchKnobMatchesTheReference) {
   }
 }
 
+TEST(CudaCodegen, LoneBinaryOpsOverAStridedBroadcastAreGenerated) {
+  KILN_REQUIRE_NVRTC();
+  auto binary = [](const char* op, std::vector<OpInput> inputs, const char* tactic,
+                   const std::string& route = "") {
+    CudaOpCase c;
+    c.opType = op;
+    c.inputs = std::move(inputs);
+    c.route = route;
+    c.expectTactic = tactic;
+    c.rtol = c.atol = route.empty() ? 1e-5 : 1e-2;
+    return c;
+  };
+  // A squeeze-excite scale over NHWC and a per-row bias: strided walks, generated.
+  expectCudaMatchesReference(
+      binary("Mul", {runtime(floats({8, 14, 14, 96}, 60)), runtime(floats({8, 1, 1, 96}, 61))},
+             "kiln.eltwise.nvrtc"));
+  expectCudaMatchesReference(
+      binary("Mul", {runtime(floats({8, 14, 14, 96}, 62)), runtime(floats({8, 1, 1, 96}, 63))},
+             "kiln.eltwise.nvrtc", "-cuda.precision=fp16"));
+  expectCudaMatchesReference(binary(
+      "Sub", {runtime(floats({6, 40}, 64)), constant(floats({6, 1}, 65))}, "kiln.eltwise.nvrtc"));
+  // Flat walks (same shapes, a scalar) keep kiln.binary's vector kernel; so do integers and the
+  // ops a program has no opcode for.
+  expectCudaMatchesReference(
+      binary("Add", {runtime(floats({4, 33}, 66)), runtime(floats({4, 33}, 67))}, "kiln.binary"));
+  expectCudaMatchesReference(binary(
+      "Add", {runtime(floats({4, 33}, 68)), constant(Tensor::scalar<float>(2.0f))}, "kiln.binary"));
+  expectCudaMatchesReference(binary("Add",
+                                    {runtime(floats({6, 40}, 69).castTo(ir::DType::kInt32)),
+                                     runtime(floats({6, 1}, 70).castTo(ir::DType::kInt32))},
+                                    "kiln.binary"));
+  expectCudaMatchesReference(
+      binary("Equal", {runtime(floats({6, 40}, 71)), runtime(floats({6, 1}, 72))}, "kiln.binary"));
+}
+
 TEST(CudaCodegen, MisalignedOperandsRunTheScalarKernel) {
   KILN_REQUIRE_NVRTC();
   // A Slice of one element off a float buffer leaves the fused node's input 4 bytes past a pack

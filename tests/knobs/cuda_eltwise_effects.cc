@@ -188,26 +188,25 @@ struct SplitEffect {
     return "columns, 32x8 blocks, range split " + std::to_string(splits) + " ways";
   };
   for (const SplitEffect effect : std::vector<SplitEffect>{
-           // 112x112 with a 64-element minimum (12544 / 64 = 196 splits at most): the block
-           // target binds, 264 / 10 tiles -> 27 splits by default.
+           // 112x112 (12544 elements, 196 splits at most of 64): the block target binds,
+           // 1056 / 10 tiles -> 106 splits by default.
+           {"cuda.reduce.split_blocks", "264", 27},
            {"cuda.reduce.split_blocks", "528", 53},
-           {"cuda.reduce.split_blocks", "1056", 106},
            {"cuda.reduce.split_blocks", "2112", 196},
-           // 56x56 (3136 elements): the minimum binds, 3136 / 512 -> 6 splits by default.
-           {"cuda.reduce.split_min_chunk", "256", 12},
+           // 56x56 (3136 elements): the minimum binds, 3136 / 64 -> 49 splits by default.
            {"cuda.reduce.split_min_chunk", "128", 24},
-           {"cuda.reduce.split_min_chunk", "64", 27}}) {
+           {"cuda.reduce.split_min_chunk", "256", 12},
+           {"cuda.reduce.split_min_chunk", "512", 6}}) {
     const bool blocks = std::string(effect.knob) == "cuda.reduce.split_blocks";
     const std::string expected = detail(effect.splits);
-    const std::string base = detail(blocks ? 27 : 6);
+    const std::string base = detail(blocks ? 106 : 49);
     registerKnobEffect({
         .knob = effect.knob,
         .value = effect.value,
         .shows = "a spatial mean over NHWC splits its range " + std::to_string(effect.splits) +
-                 " ways instead of " + (blocks ? "27" : "6"),
+                 " ways instead of " + (blocks ? "106" : "49"),
         .backend = "cuda",
         .graph = spatialMean(blocks ? 112 : 56),
-        .baseRoute = blocks ? "-cuda.reduce.split_min_chunk=64" : "",
         .expect =
             [expected, base](const BuildSnapshot& baseBuild, const BuildSnapshot& changed) {
               EXPECT_EQ(baseBuild.layer("mean").detail, base);

@@ -299,9 +299,9 @@ int runModel(const RunOptions& options) {
     const auto buildStart = std::chrono::steady_clock::now();
     auto built = buildCuda(std::move(model->graph), *flags);
     if (!built.isOk()) return reportError(built.status());
-    const double lowerMs = std::chrono::duration<double, std::milli>(
-                               std::chrono::steady_clock::now() - buildStart)
-                               .count();
+    const double lowerMs =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - buildStart)
+            .count();
     cudaBuild.emplace(std::move(built).value());
     auto device = cuda::currentDevice();
     if (!device.isOk()) {

@@ -94,7 +94,8 @@ bool isAlias(const ir::Node& node, const knobs::Route& route) {
 // and touch no other element (so the output may overwrite a same-shaped input).
 int inPlaceInput(const Step& step) {
   static const std::set<std::string> kElementwiseTactics = {
-      "kiln.unary", "kiln.binary", "kiln.fused_eltwise", "kiln.fused_eltwise.nvrtc"};
+      "kiln.unary", "kiln.binary", "kiln.fused_eltwise", "kiln.fused_eltwise.nvrtc",
+      "kiln.eltwise.nvrtc"};
   if (!kElementwiseTactics.count(step.tactic)) return -1;
   const ir::Value* output = step.node->outputs[0];
   for (size_t i = 0; i < step.node->inputs.size(); ++i) {

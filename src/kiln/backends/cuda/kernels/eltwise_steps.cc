@@ -629,6 +629,40 @@ std::optional<BinaryOp> binaryOpOf(const ir::Node& node) {
   return it->second;
 }
 
+// A generated kernel for `program` (cuda.eltwise.codegen=nvrtc, where NVRTC loads), else nullptr.
+std::unique_ptr<Step> makeGenerated(const ir::Node& node, const ir::EltwiseProgram& program,
+                                    ElementType type, const BroadcastGeometry& geometry,
+                                    const knobs::Route& route, const char* tactic) {
+  if (route.value(kEltwiseCodegen, &node) != "nvrtc" || !nvrtcAvailable()) return nullptr;
+  FusedCodegenOptions options;
+  options.blockThreads = std::stoi(route.value(kEltwiseCodegenBlock, &node));
+  options.vectorBytes = std::stoi(route.value(kEltwiseCodegenVectorBytes, &node));
+  options.unroll = std::stoi(route.value(kEltwiseCodegenUnroll, &node));
+  return withTactic(
+      std::make_unique<GeneratedFusedStep>(generateFusedKernel(program, type, geometry, options)),
+      tactic);
+}
+
+// The program opcode of a float binary op a generated kernel computes as kiln.binary does.
+std::optional<ir::EltwiseOpcode> generatedBinaryOpcode(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::kAdd:
+      return ir::EltwiseOpcode::kAdd;
+    case BinaryOp::kSub:
+      return ir::EltwiseOpcode::kSub;
+    case BinaryOp::kMul:
+      return ir::EltwiseOpcode::kMul;
+    case BinaryOp::kDiv:
+      return ir::EltwiseOpcode::kDiv;
+    case BinaryOp::kMax:
+      return ir::EltwiseOpcode::kMax;
+    case BinaryOp::kMin:
+      return ir::EltwiseOpcode::kMin;
+    default:
+      return std::nullopt;
+  }
+}
+
 std::unique_ptr<Step> makeBinary(const ir::Node& node, BinaryOp op, const knobs::Route& route) {
   if (node.inputs.size() != 2 || !node.inputs[1]) return nullptr;
   const ir::Value* a = node.inputs[0];
@@ -641,6 +675,19 @@ std::unique_ptr<Step> makeBinary(const ir::Node& node, BinaryOp op, const knobs:
   if (!shapes) return nullptr;
   auto geometry = broadcastGeometry(y->shape, *shapes);
   if (!geometry) return nullptr;
+  // A broadcast that leaves a strided walk (a bias or scale per channel of NHWC, say): a kernel
+  // generated for its shape, where the general one divides by the dims at run time.
+  const auto opcode = generatedBinaryOpcode(op);
+  if (!geometry->flat && opcode && fusedSupported(*type)) {
+    ir::EltwiseProgram program;
+    ir::EltwiseInstruction& instruction = program.instructions.emplace_back();
+    instruction.opcode = *opcode;
+    instruction.operands = {ir::EltwiseOperand{true, 0}, ir::EltwiseOperand{true, 1}};
+    if (auto generated =
+            makeGenerated(node, program, *type, *geometry, route, "kiln.eltwise.nvrtc")) {
+      return generated;
+    }
+  }
   BinaryLaunch launch;
   launch.op = op;
   launch.type = *type;
@@ -736,14 +783,9 @@ std::unique_ptr<Step> makeFused(const ir::Node& node, const knobs::Route& route)
   }
   auto geometry = broadcastGeometry(y->shape, shapes);
   if (!geometry) return nullptr;
-  if (route.value(kEltwiseCodegen, &node) == "nvrtc" && nvrtcAvailable()) {
-    FusedCodegenOptions options;
-    options.blockThreads = std::stoi(route.value(kEltwiseCodegenBlock, &node));
-    options.vectorBytes = std::stoi(route.value(kEltwiseCodegenVectorBytes, &node));
-    options.unroll = std::stoi(route.value(kEltwiseCodegenUnroll, &node));
-    return withTactic(std::make_unique<GeneratedFusedStep>(
-                          generateFusedKernel(*program, *type, *geometry, options)),
-                      "kiln.fused_eltwise.nvrtc");
+  if (auto generated =
+          makeGenerated(node, *program, *type, *geometry, route, "kiln.fused_eltwise.nvrtc")) {
+    return generated;
   }
   FusedLaunch launch;
   launch.type = *type;

@@ -62,8 +62,8 @@ struct ReduceLaunch {
   int blockThreads = 256;        // the row kernel's block: 128, 256 or 512
   // Split columns (see reduceColumnSplits): the blocks to aim for, and the fewest reduced
   // elements a split takes.
-  int64_t splitTargetBlocks = 264;
-  int64_t splitMinChunk = 512;
+  int64_t splitTargetBlocks = 1056;
+  int64_t splitMinChunk = 64;
   const void* x = nullptr;
   void* y = nullptr;
   void* workspace = nullptr;  // reduceWorkspaceBytes(op, geometry) bytes, 16-aligned

@@ -27,11 +27,11 @@ const knobs::Knob kReduceBlock = knobs::declareKnob({
 const knobs::Knob kReduceSplitBlocks = knobs::declareKnob({
     .name = "cuda.reduce.split_blocks",
     .kind = knobs::KnobKind::kEnum,
-    .choices = {"264", "528", "1056", "2112"},
-    .defaultValue = "264",
+    .choices = {"1056", "264", "528", "2112"},
+    .defaultValue = "1056",
     .help = "blocks a column reduction with few outputs over a long range (a spatial mean in "
-            "NHWC) aims for when it splits the range: 264 is two a multiprocessor of the H200, "
-            "1056 eight (fewer loads a thread, more partial states to combine)",
+            "NHWC) aims for when it splits the range: 1056 is eight a multiprocessor of the "
+            "H200, 264 two (more loads a thread, fewer partial states to combine)",
     .backends = {"cuda"},
     .perNode = true,
 });
@@ -39,8 +39,8 @@ const knobs::Knob kReduceSplitBlocks = knobs::declareKnob({
 const knobs::Knob kReduceSplitMinChunk = knobs::declareKnob({
     .name = "cuda.reduce.split_min_chunk",
     .kind = knobs::KnobKind::kEnum,
-    .choices = {"512", "256", "128", "64"},
-    .defaultValue = "512",
+    .choices = {"64", "128", "256", "512"},
+    .defaultValue = "64",
     .help = "the fewest reduced elements one split of a column reduction takes (so short ranges "
             "are split less or not at all)",
     .backends = {"cuda"},
