@@ -4,7 +4,8 @@
 # Debian shared libraries they link (CUDA's own libraries, glibc and libstdc++ are the GPU
 # machine's), the ONNX backend test data and the expected-failure list, as one archive,
 # .device/kiln-device.tar.xz. The device tool carries it (`carry: [".device"]`); there:
-#   mkdir -p /tmp/k && tar -C /tmp/k -xJf .device/kiln-device.tar.xz && export LD_LIBRARY_PATH=/tmp/k/lib
+#   mkdir -p /tmp/k && tar -C /tmp/k -xJf .device/kiln-device.tar.xz &&
+#     export LD_LIBRARY_PATH=/tmp/k/lib:/usr/local/cuda-13.0/targets/x86_64-linux/lib  # + NVRTC
 #   /tmp/k/bin/kiln_cuda_tests; /tmp/k/bin/kiln_conformance --backend cuda --data-dir /tmp/k/testdata ...
 # Usage: scripts/device-pack.sh [build folder, default build/]
 set -euo pipefail
