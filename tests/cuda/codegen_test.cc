@@ -30,16 +30,9 @@ Tensor floats(Shape shape, unsigned seed) { return uniformTensor(std::move(shape
 
 CudaOpCase fusedCase(std::vector<std::string> program, std::vector<OpInput> inputs,
                      const std::string& route = "") {
-  CudaOpCase c;
-  c.opType = "FusedElementwise";
-  c.domain = ir::kKilnDomain;
-  c.opset = 1;
-  c.inputs = std::move(inputs);
-  c.attributes = {{"program", ir::Attribute{std::move(program)}}};
+  CudaOpCase c = fusedElementwiseCase(std::move(program), std::move(inputs), 1e-5, 1e-5);
   c.route = "-cuda.eltwise.codegen=nvrtc " + route;
   c.expectTactic = "kiln.fused_eltwise.nvrtc";
-  c.rtol = 1e-5;
-  c.atol = 1e-5;
   return c;
 }
 

@@ -13,6 +13,7 @@
 #include "../unit/op_test_util.h"
 #include "kiln/backends/cuda/runtime.h"
 #include "kiln/engine/builder.h"
+#include "kiln/ir/op_schema.h"
 
 namespace kiln::testing {
 
@@ -33,6 +34,20 @@ struct CudaOpCase {
   double rtol = 1e-5;
   double atol = 1e-6;
 };
+
+// A kiln.FusedElementwise case running `program` (kiln/ir/ops/fused_elementwise.h) on `inputs`.
+inline CudaOpCase fusedElementwiseCase(std::vector<std::string> program,
+                                       std::vector<OpInput> inputs, double rtol, double atol) {
+  CudaOpCase c;
+  c.opType = "FusedElementwise";
+  c.domain = ir::kKilnDomain;
+  c.opset = 1;
+  c.inputs = std::move(inputs);
+  c.attributes = {{"program", ir::Attribute{std::move(program)}}};
+  c.rtol = rtol;
+  c.atol = atol;
+  return c;
+}
 
 // The tactic the CUDA lowering chose for the case's node ("" if the node became no step).
 inline std::string cudaTacticOf(const CudaBuild& build, const std::string& opType) {

@@ -724,15 +724,7 @@ TEST(CudaEltwise, CastLikeTakesTheSecondInputsType) {
 // float32, so long programs (whose sums may cancel) get a wider tolerance.
 CudaOpCase fused(std::vector<std::string> program, std::vector<OpInput> inputs, double rtol = 1e-5,
                  double atol = 1e-6) {
-  CudaOpCase c;
-  c.opType = "FusedElementwise";
-  c.domain = ir::kKilnDomain;
-  c.opset = 1;
-  c.inputs = std::move(inputs);
-  c.attributes = {{"program", ir::Attribute{std::move(program)}}};
-  c.rtol = rtol;
-  c.atol = atol;
-  return c;
+  return fusedElementwiseCase(std::move(program), std::move(inputs), rtol, atol);
 }
 
 // Runs a fused case with the interpreter and with the generated kernel (where NVRTC loads; else
