@@ -501,6 +501,35 @@ TEST(CudaNhwcConv, DepthwiseKernel) {
   }
 }
 
+// The depthwise kernel's tilings (cuda.conv.depthwise.pixels, .block): rows whose width is not a
+// multiple of the pixels a thread takes, strides, dilations and every epilogue.
+TEST(CudaNhwcConv, DepthwiseKernelTilings) {
+  unsigned seed = 2350;
+  const std::vector<std::pair<std::string, std::string>> tilings = {
+      {"-cuda.conv.depthwise.pixels=2", "kiln.conv.depthwise.px2"},
+      {"-cuda.conv.depthwise.pixels=4", "kiln.conv.depthwise.px4"},
+      {"-cuda.conv.depthwise.pixels=4 -cuda.conv.depthwise.block=128",
+       "kiln.conv.depthwise.px4.block128"},
+      {"-cuda.conv.depthwise.block=512", "kiln.conv.depthwise.block512"}};
+  for (const auto& [route, tactic] : tilings) {
+    for (const DepthwiseShape& s : depthwiseShapes()) {
+      SCOPED_TRACE(route + " " + s.name);
+      CudaOpCase c{.opType = "NhwcConv", .attributes = s.attributes, .domain = ir::kKilnDomain};
+      c.attributes["group"] = intAttr(s.c);
+      c.attributes["kernel_shape"] = intsAttr({s.kh, s.kw});
+      c.attributes["activation"] = stringAttr("HardSwish");
+      c.inputs = {activations({s.n, s.h, s.w, s.c}, seed++),
+                  constantWeights({s.kh, s.kw, 1, s.c}, seed++), constantWeights({s.c}, seed++),
+                  activations({s.n, s.oh, s.ow, s.c}, seed++)};
+      c.route = route;
+      c.expectTactic = tactic;
+      expectConv(c);
+      CudaOpCase reduced = inType(c, kReducedTypes[0]);
+      expectConv(reduced, kReducedTypes[0].tolerance);
+    }
+  }
+}
+
 // The source knob's choice for depthwise convolutions, and what stays with the general sources:
 // a grouped convolution that is not depthwise, and a channel multiplier above one.
 TEST(CudaNhwcConv, DepthwiseKnobAndWhatIsNotDepthwise) {

@@ -5,6 +5,9 @@
 #if KILN_HAVE_CUDA
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "graph_sketch.h"
 #include "knob_effects.h"
 
@@ -55,6 +58,36 @@ KILN_KNOB_EFFECT({
           EXPECT_EQ(changed.layer("dw").tactic, "cudnn");
         },
 });
+
+struct DepthwiseLaunchEffect {
+  const char* knob;
+  const char* value;
+  const char* tactic;
+};
+
+[[maybe_unused]] const int kDepthwiseLaunchEffects = [] {
+  for (const DepthwiseLaunchEffect effect : std::vector<DepthwiseLaunchEffect>{
+           {"cuda.conv.depthwise.pixels", "2", "kiln.conv.depthwise.px2"},
+           {"cuda.conv.depthwise.pixels", "4", "kiln.conv.depthwise.px4"},
+           {"cuda.conv.depthwise.block", "128", "kiln.conv.depthwise.block128"},
+           {"cuda.conv.depthwise.block", "512", "kiln.conv.depthwise.block512"}}) {
+    const std::string tactic = effect.tactic;
+    registerKnobEffect({
+        .knob = effect.knob,
+        .value = effect.value,
+        .shows = "kiln's depthwise kernel launches as " + tactic +
+                 " names (pixels a thread, threads a block) instead of one pixel, 256 threads",
+        .backend = "cuda",
+        .graph = depthwiseConv,
+        .expect =
+            [tactic](const BuildSnapshot& base, const BuildSnapshot& changed) {
+              EXPECT_EQ(base.layer("dw").tactic, "kiln.conv.depthwise");
+              EXPECT_EQ(changed.layer("dw").tactic, tactic);
+            },
+    });
+  }
+  return 0;
+}();
 
 KILN_KNOB_EFFECT({
     .knob = "cuda.conv.algo",

@@ -190,7 +190,7 @@ struct alignas(sizeof(T) * V) Vec {
   T v[V];
 };
 
-template <typename T, int V>
+template <typename T, int V, int P>
 __global__ void depthwiseNhwcKernel(ConvGeometry g, const T* __restrict__ x,
                                     const T* __restrict__ w, const T* __restrict__ bias,
                                     const T* __restrict__ residual, T* __restrict__ y,
@@ -205,44 +205,57 @@ __global__ void depthwiseNhwcKernel(ConvGeometry g, const T* __restrict__ x,
   const int dilationW = static_cast<int>(g.dilation[2]);
   const int padH = static_cast<int>(g.padBegin[1]), padW = static_cast<int>(g.padBegin[2]);
   const int runs = channels / V;
+  const int tiles = (outW + P - 1) / P;  // groups of P pixels along a row
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
     const int run = i % runs;
     int rest = i / runs;
-    const int ow = rest % outW;
-    rest /= outW;
+    const int ow0 = rest % tiles * P;
+    rest /= tiles;
     const int oh = rest % outH;
     const int n = rest / outH;
     const int c = run * V;
-    float sum[V];
+    float sum[P][V];
 #pragma unroll
-    for (int v = 0; v < V; ++v) sum[v] = 0.0f;
+    for (int p = 0; p < P; ++p) {
+#pragma unroll
+      for (int v = 0; v < V; ++v) sum[p][v] = 0.0f;
+    }
     const T* xImage = x + static_cast<int64_t>(n) * inH * inW * channels + c;
     for (int kh = 0; kh < kernelH; ++kh) {
       const int ih = oh * strideH - padH + kh * dilationH;
       if (ih < 0 || ih >= inH) continue;
       for (int kw = 0; kw < kernelW; ++kw) {
-        const int iw = ow * strideW - padW + kw * dilationW;
-        if (iw < 0 || iw >= inW) continue;
-        const Vec<T, V> xv =
-            *reinterpret_cast<const Vec<T, V>*>(xImage + (ih * inW + iw) * channels);
         const Vec<T, V> wv =
             *reinterpret_cast<const Vec<T, V>*>(w + (kh * kernelW + kw) * channels + c);
 #pragma unroll
-        for (int v = 0; v < V; ++v) sum[v] += load(xv.v[v]) * load(wv.v[v]);
+        for (int p = 0; p < P; ++p) {
+          const int iw = (ow0 + p) * strideW - padW + kw * dilationW;
+          if (ow0 + p >= outW || iw < 0 || iw >= inW) continue;
+          const Vec<T, V> xv =
+              *reinterpret_cast<const Vec<T, V>*>(xImage + (ih * inW + iw) * channels);
+#pragma unroll
+          for (int v = 0; v < V; ++v) sum[p][v] += load(xv.v[v]) * load(wv.v[v]);
+        }
       }
     }
-    const int at = i * V;  // y is [N, outH, outW, C], contiguous: run i starts at i * V
-    Vec<T, V> bv{}, rv{}, out;
+    Vec<T, V> bv{};
     if (bias) bv = *reinterpret_cast<const Vec<T, V>*>(bias + c);
-    if (residual) rv = *reinterpret_cast<const Vec<T, V>*>(residual + at);
 #pragma unroll
-    for (int v = 0; v < V; ++v) {
-      float value = sum[v];
-      if (bias) value += load(bv.v[v]);
-      if (residual) value += load(rv.v[v]);
-      store(&out.v[v], activate(value, epilogue));
+    for (int p = 0; p < P; ++p) {
+      if (ow0 + p >= outW) break;
+      // y is [N, outH, outW, C], contiguous.
+      const int at = ((n * outH + oh) * outW + ow0 + p) * channels + c;
+      Vec<T, V> rv{}, out;
+      if (residual) rv = *reinterpret_cast<const Vec<T, V>*>(residual + at);
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        float value = sum[p][v];
+        if (bias) value += load(bv.v[v]);
+        if (residual) value += load(rv.v[v]);
+        store(&out.v[v], activate(value, epilogue));
+      }
+      *reinterpret_cast<Vec<T, V>*>(y + at) = out;
     }
-    *reinterpret_cast<Vec<T, V>*>(y + at) = out;
   }
 }
 
@@ -321,8 +334,11 @@ cudaError_t launchDirectConv(const ConvGeometry& geometry, ElementType type, con
 
 cudaError_t launchDepthwiseNhwc(const ConvGeometry& g, ElementType type, const void* x,
                                 const void* w, const void* bias, const void* residual, void* y,
-                                ConvEpilogue epilogue, cudaStream_t stream) {
+                                ConvEpilogue epilogue, DepthwiseTiling tiling,
+                                cudaStream_t stream) {
   if (!depthwiseNhwcFits(g)) return cudaErrorInvalidValue;
+  if (tiling.pixels != 1 && tiling.pixels != 2 && tiling.pixels != 4) return cudaErrorInvalidValue;
+  if (tiling.blockThreads < 32 || tiling.blockThreads > 1024) return cudaErrorInvalidValue;
   const int64_t pixels = g.batch * g.out[1] * g.out[2];
   if (pixels == 0 || g.channels == 0) return cudaSuccess;
   return device::byFloatType(type, [&](auto tag) -> cudaError_t {
@@ -331,13 +347,28 @@ cudaError_t launchDepthwiseNhwc(const ConvGeometry& g, ElementType type, const v
     auto aligned = [&](const void* p, int bytes) {
       return p == nullptr || reinterpret_cast<uintptr_t>(p) % bytes == 0;
     };
-    auto launch = [&](auto width) -> cudaError_t {
+    auto launchTiled = [&](auto width, auto tile) -> cudaError_t {
       constexpr int V = decltype(width)::value;
-      const int total = static_cast<int>(pixels * (g.channels / V));
-      depthwiseNhwcKernel<T, V><<<static_cast<unsigned>(blocksFor(total)), kThreads, 0, stream>>>(
+      constexpr int P = decltype(tile)::value;
+      const int64_t tiles = (g.out[2] + P - 1) / P;
+      const int total = static_cast<int>(g.batch * g.out[1] * tiles * (g.channels / V));
+      const int64_t blocks =
+          std::min<int64_t>((total + tiling.blockThreads - 1) / tiling.blockThreads, kMaxBlocks);
+      depthwiseNhwcKernel<T, V, P><<<static_cast<unsigned>(std::max<int64_t>(blocks, 1)),
+                                     static_cast<unsigned>(tiling.blockThreads), 0, stream>>>(
           g, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
           static_cast<const T*>(residual), static_cast<T*>(y), epilogue, total);
       return cudaGetLastError();
+    };
+    auto launch = [&](auto width) -> cudaError_t {
+      switch (tiling.pixels) {
+        case 2:
+          return launchTiled(width, std::integral_constant<int, 2>{});
+        case 4:
+          return launchTiled(width, std::integral_constant<int, 4>{});
+        default:
+          return launchTiled(width, std::integral_constant<int, 1>{});
+      }
     };
     auto fits = [&](int v) {
       const int bytes = v * static_cast<int>(sizeof(T));

@@ -75,12 +75,20 @@ cudaError_t launchDirectConv(const ConvGeometry& geometry, ElementType type, con
 // index the kernel forms within 32 bits.
 bool depthwiseNhwcFits(const ConvGeometry& g);
 
-// y = act(depthwise(x, w) + bias + residual), one thread per output pixel and run of channels
-// (vector loads of up to 16 bytes where the channel count and the pointers allow), float
-// accumulation over the taps in (kh, kw) order. bias and residual may be null.
+// How launchDepthwiseNhwc divides its work: output pixels along a row per thread (1, 2 or 4; each
+// weight vector loaded once for all of them) and threads per block.
+struct DepthwiseTiling {
+  int pixels = 1;
+  int blockThreads = 256;
+};
+
+// y = act(depthwise(x, w) + bias + residual), one thread per `tiling.pixels` neighbouring output
+// pixels of a row and run of channels (vector loads of up to 16 bytes where the channel count and
+// the pointers allow), float accumulation over the taps in (kh, kw) order. bias and residual may
+// be null.
 cudaError_t launchDepthwiseNhwc(const ConvGeometry& g, ElementType type, const void* x,
                                 const void* w, const void* bias, const void* residual, void* y,
-                                ConvEpilogue epilogue, cudaStream_t stream);
+                                ConvEpilogue epilogue, DepthwiseTiling tiling, cudaStream_t stream);
 
 // ConvTranspose (NCHW), one thread per output element gathering what the op scatters into it:
 // y[n, m, o] = bias[m] + the sum of x[n, c, i] * w[c, m's index in its group, k] over the input

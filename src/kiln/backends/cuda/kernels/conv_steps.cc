@@ -107,6 +107,28 @@ const knobs::Knob kConvDepthwise = knobs::declareKnob({
     .perNode = true,
 });
 
+const knobs::Knob kConvDepthwisePixels = knobs::declareKnob({
+    .name = "cuda.conv.depthwise.pixels",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"1", "2", "4"},
+    .defaultValue = "1",
+    .help = "output pixels along a row each thread of kiln's depthwise kernel computes "
+            "(cuda.conv.depthwise=kiln): more reuse each weight vector it loads, fewer threads "
+            "run",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kConvDepthwiseBlock = knobs::declareKnob({
+    .name = "cuda.conv.depthwise.block",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"256", "128", "512"},
+    .defaultValue = "256",
+    .help = "threads per block of kiln's depthwise kernel (cuda.conv.depthwise=kiln)",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
 namespace {
 
 constexpr int64_t kMaxCudnnWorkspace = int64_t{256} << 20;
@@ -954,6 +976,7 @@ struct ConvChoice {
   bool depthwise = false;  // kiln's depthwise NHWC kernel (problem.depthwise is set)
   bool timed = false;
   bool fuseEpilogue = true;
+  DepthwiseTiling tiling;  // kiln's depthwise kernel
   EngineFilter engines;
 };
 
@@ -1025,7 +1048,7 @@ class ConvStep final : public Step {
     }
     if (!useCudnn_ && choice_.depthwise) {
       return cudaStatus(launchDepthwiseNhwc(problem_.geometry, problem_.type, x, w, bias, residual,
-                                            y, problem_.epilogue, context.stream),
+                                            y, problem_.epilogue, choice_.tiling, context.stream),
                         "the depthwise convolution kernel");
     }
     if (!useCudnn_) {
@@ -1058,8 +1081,16 @@ class ConvStep final : public Step {
   }
 
  private:
-  const char* nativeTactic() const {
-    if (choice_.depthwise) return "kiln.conv.depthwise";
+  std::string nativeTactic() const {
+    if (choice_.depthwise) {
+      // Launch settings other than the defaults are named, as cuda.conv.depthwise.* set them.
+      std::string name = "kiln.conv.depthwise";
+      if (choice_.tiling.pixels != 1) name += ".px" + std::to_string(choice_.tiling.pixels);
+      if (choice_.tiling.blockThreads != 256) {
+        name += ".block" + std::to_string(choice_.tiling.blockThreads);
+      }
+      return name;
+    }
     return problem_.transpose ? "kiln.convtranspose" : "kiln.conv";
   }
 
@@ -1212,6 +1243,8 @@ std::unique_ptr<Step> makeConvStep(const ir::Node& node, const knobs::Route& rou
   choice.cudnn =
       route.value(kConvSource, &node) == "cudnn" && problem->cudnnGeometry && !problem->empty;
   choice.depthwise = problem->depthwise && route.value(kConvDepthwise, &node) == "kiln";
+  choice.tiling.pixels = std::stoi(route.value(kConvDepthwisePixels, &node));
+  choice.tiling.blockThreads = std::stoi(route.value(kConvDepthwiseBlock, &node));
   choice.timed = route.value(kConvAlgo, &node) == "timed";
   choice.fuseEpilogue = route.value(kConvEpilogue, &node) == "fused";
   // TF32 only where the step records it (lower.cc's products; ConvTranspose is not one).
