@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <functional>
@@ -106,7 +107,7 @@ enum class Read {
   kScalar,     // one element for the whole tensor: loaded once per thread
   kPack,       // the innermost axis with stride 1, pack-aligned: one aligned pack load
   kBroadcast,  // stride 0 along the innermost axis: one value for the pack
-  kGather,     // anything else: the pack's elements one by one
+  kElement,    // one element at its own offset (the scalar kernel; no vector kernel with one)
 };
 
 // The walk the kernels index: dims (row-major) and each operand's strides over them.
@@ -255,15 +256,13 @@ GeneratedFusedKernel generateFusedKernel(const ir::EltwiseProgram& program, Elem
   int vector = std::max(1, options.vectorBytes / names.bytes);
   if (rank > 1 && inner % vector != 0) vector = 1;
   if (geometry.count < vector) vector = 1;
-  kernel.vector = vector;
-  kernel.packs = vector > 1 ? geometry.count / vector : 0;
 
   std::vector<Read> reads(static_cast<size_t>(operands));
   std::vector<bool> likeOutput(static_cast<size_t>(operands));
   for (int k = 0; k < operands; ++k) {
     const auto& strides = walk.strides[static_cast<size_t>(k)];
     likeOutput[static_cast<size_t>(k)] = walksLikeOutput(walk, k);
-    Read read = Read::kGather;
+    Read read = Read::kElement;
     if (allZero(strides)) {
       read = Read::kScalar;
     } else if (strides.back() == 0) {
@@ -274,11 +273,18 @@ GeneratedFusedKernel generateFusedKernel(const ir::EltwiseProgram& program, Elem
       if (aligned) read = Read::kPack;
     }
     reads[static_cast<size_t>(k)] = read;
-    kernel.packedOperand[k] = vector > 1 && read == Read::kPack;
+  }
+  // An operand that can be read neither as aligned packs nor as one value a pack leaves the
+  // scalar kernel alone (broadcast strides always allow one or the other).
+  if (std::find(reads.begin(), reads.end(), Read::kElement) != reads.end()) vector = 1;
+  kernel.vector = vector;
+  kernel.packs = vector > 1 ? geometry.count / vector : 0;
+  for (int k = 0; k < operands; ++k) {
+    kernel.packedOperand[k] = vector > 1 && reads[static_cast<size_t>(k)] == Read::kPack;
   }
   std::vector<Read> scalarReads = reads;  // the scalar kernel loads one element of each
   for (Read& read : scalarReads) {
-    if (read != Read::kScalar) read = Read::kGather;
+    if (read != Read::kScalar) read = Read::kElement;
   }
 
   const std::string idx = geometry.narrowIndex ? "unsigned int" : "unsigned long long";
@@ -338,12 +344,8 @@ GeneratedFusedKernel generateFusedKernel(const ir::EltwiseProgram& program, Elem
         case Read::kBroadcast:
           w.line(1, "const float b{} = {};", k, load(fmt::format("in{}[o{}]", k, k)));
           break;
-        case Read::kGather:
-          w.line(1, "{} q{};", pack, k);
-          w.line(1, "#pragma unroll");
-          w.line(1, "for (int e = 0; e < {}; ++e) q{}.v[e] = in{}[o{} + e * {}u];", vector, k, k, k,
-                 walk.strides[static_cast<size_t>(k)].back());
-          break;
+        case Read::kElement:
+          break;  // not with a vector kernel (see above)
       }
     }
     w.line(1, "{} r;", pack);

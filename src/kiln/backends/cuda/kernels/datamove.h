@@ -179,8 +179,7 @@ struct ResizeTables {
   // in the same order as the general one.
   bool twoAxesLinear = false;
   int axis = 0;
-  int64_t outer = 1;       // output elements before `axis` (the input's too)
-  int64_t inner = 1;       // after axis + 1
+  int64_t inner = 1;       // output elements after axis + 1 (the input's too)
   int64_t inputPlane = 0;  // input elements a step of `outer` moves: inH * inW * inner
 };
 cudaError_t launchResizeInterpolate(const ResizeTables& tables, ElementType type, const void* x,

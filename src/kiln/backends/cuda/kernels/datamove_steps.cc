@@ -836,8 +836,6 @@ bool twoAxesLinear(ResizeTables& tables, const std::vector<int64_t>& offsets,
   }
   if (first < 0 || first + 1 >= tables.rank || tables.taps[first + 1] != 2) return false;
   tables.axis = first;
-  tables.outer = 1;
-  for (int a = 0; a < first; ++a) tables.outer *= output[static_cast<size_t>(a)];
   tables.inner = 1;
   for (int a = first + 2; a < tables.rank; ++a) tables.inner *= output[static_cast<size_t>(a)];
   tables.inputPlane =
