@@ -15,8 +15,8 @@ out="$root/.device"
 stage="$out/stage"
 rm -rf "$stage"
 mkdir -p "$stage/bin" "$stage/lib" "$stage/testdata"
-ninja -C "$build" kiln_cli kiln_cuda_tests kiln_conformance >/dev/null
-for binary in kiln tests/kiln_cuda_tests tests/kiln_conformance; do
+ninja -C "$build" kiln_cli kiln_cuda_tests kiln_conformance kiln_tune_tests sample_model >/dev/null
+for binary in kiln tests/kiln_cuda_tests tests/kiln_conformance tests/kiln_tune_tests; do
   strip --strip-debug -o "$stage/bin/$(basename "$binary")" "$build/$binary"
 done
 # Every library the binaries resolve here, except those the GPU machine has its own of.
@@ -28,6 +28,10 @@ for suite in node pytorch-converted pytorch-operator simple; do
   cp -r "/usr/share/libonnx-testdata/data/$suite" "$stage/testdata/"
 done
 cp "$root/tests/conformance/expected_failures.txt" "$stage/"
+# kiln_tune_tests finds kiln and the sample model where this build put them: link them there.
+mkdir -p "$stage/models"
+cp "$build/models/sample_cnn.onnx" "$stage/models/"
+echo "$build" > "$stage/BUILD_DIR"
 # The commit the binaries were built from (+dirty with uncommitted changes), for reports.
 commit="$(git -C "$root" rev-parse --short=12 HEAD)"
 git -C "$root" diff --quiet HEAD -- src tests CMakeLists.txt || commit="$commit+dirty"

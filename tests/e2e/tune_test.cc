@@ -595,4 +595,91 @@ TEST_F(KilnTune, SaveAllEnginesKeepsEveryCandidateAndCacheExports) {
   EXPECT_GE(count, 4);  // the header and three trials (and any comparisons)
 }
 
+// The GPU: each trial builds and times a CUDA plan in its own process; bf16 under a tight
+// threshold is measured and excluded; the store's target names the GPU, so --continue of the
+// finished run checks it again. Without a GPU (CI) or the CUDA backend: a clear error.
+TEST_F(KilnTune, TunesOnTheGpuOrSaysWhyNot) {
+  // What a CUDA run cannot do is refused before anything runs.
+  Outcome engine = kiln(fmt::format(
+      "tune {} --backend cuda --tune '-cuda.graphs=*' --saveEngine best.kiln", sample()));
+  EXPECT_EQ(engine.exitCode, 1);
+  EXPECT_NE(engine.err.find("no engine files to save"), std::string::npos) << engine.err;
+  Outcome limit = kiln(fmt::format(
+      "tune {} --backend cuda --tune '-cuda.graphs=*' --trial-memory-limit 4096", sample()));
+  EXPECT_EQ(limit.exitCode, 1);
+  EXPECT_NE(limit.err.find("--trial-memory-limit cannot apply"), std::string::npos) << limit.err;
+  Outcome outcome = kiln(fmt::format(
+      "tune {} --backend cuda --tune '-cuda.graphs=[on|off] -cuda.precision=[fp32|bf16]' "
+      "--accuracy-threshold 1e-7 --cache tune.db --report report.md {}",
+      sample(), kQuickTiming));
+#if KILN_HAVE_CUDA
+  if (outcome.exitCode == 1 && outcome.err.find("no CUDA device is visible") != std::string::npos) {
+    GTEST_SKIP() << "no GPU: " << outcome.err;
+  }
+  ASSERT_EQ(outcome.exitCode, 0) << outcome.out << outcome.err;
+  const auto trials = recorded(dir_ / "tune.db");
+  const auto statuses = statusesByRoute(trials);
+  ASSERT_EQ(statuses.size(), 3u) << outcome.out;
+  EXPECT_EQ(statuses.at(""), "ok");
+  EXPECT_EQ(statuses.at("-cuda.graphs=off"), "ok");
+  EXPECT_EQ(statuses.at("-cuda.precision=bf16"), "accuracy-fail");
+  for (const TrialRecord& t : trials) {
+    EXPECT_GT(t.buildMs, 0) << t.route;
+    EXPECT_TRUE(t.enginePath.empty()) << t.route;  // a CUDA trial leaves no engine file
+    if (t.status == TrialStatus::kOk) {
+      ASSERT_TRUE(t.timing.has_value()) << t.route;
+      EXPECT_GE(t.timing->summary.count, 30) << t.route;
+      EXPECT_GT(t.timing->summary.median, 0) << t.route;
+      ASSERT_EQ(t.accuracy.size(), 1u);
+      EXPECT_LE(t.accuracy[0].loss, 1e-7) << t.route;
+    }
+  }
+  const auto header = headerOf(dir_ / "tune.db");
+  const json target = json::parse(header.at("target"));
+  EXPECT_EQ(target.at("backend"), "cuda");
+  EXPECT_FALSE(target.at("gpu").get<std::string>().empty());
+  EXPECT_EQ(json::parse(header.at("study")).at("backend"), "cuda");
+  ASSERT_TRUE(header.count("decision"));
+  const std::string report = kiln::readFileBytes(dir_ / "report.md").value();
+  EXPECT_NE(report.find("`-cuda.precision=bf16` | accuracy-fail"), std::string::npos) << report;
+  Outcome again = kiln("tune --continue --cache tune.db");
+  EXPECT_EQ(again.exitCode, 0) << again.err;
+  EXPECT_NE(again.out.find("this run finished"), std::string::npos) << again.out;
+
+  // The finalist round's child (run only when a route looked faster): every route's plan built
+  // again in one process and timed in rotation, the same number of samples for each; a route
+  // that cannot be rebuilt is a build error naming it.
+  const json data = json::parse(header.at("data"));
+  json request = {{"mode", "interleave"},
+                  {"backend", "cuda"},
+                  {"model", sample()},
+                  {"shapes", ""},
+                  {"routes", {"", "-cuda.graphs=off"}},
+                  {"inputs", data.at(0).at("inputs_file")},
+                  {"timing", {{"warmup_ms", 0}, {"min_iterations", 30}, {"min_seconds", 0.05}}},
+                  {"result", (dir_ / "interleave.json").string()}};
+  ASSERT_TRUE(kiln::writeFileAtomically(dir_ / "request.json", request.dump()).isOk());
+  ASSERT_EQ(kiln("__trial request.json").exitCode, 0);
+  const json result = json::parse(kiln::readFileBytes(dir_ / "interleave.json").value());
+  ASSERT_EQ(result.at("status"), "ok") << result.dump();
+  const auto samples = result.at("samples").get<std::vector<std::vector<double>>>();
+  ASSERT_EQ(samples.size(), 2u);
+  EXPECT_GE(samples[0].size(), 30u);
+  EXPECT_EQ(samples[0].size(), samples[1].size());
+  for (const auto& plan : samples) {
+    for (double ms : plan) EXPECT_GT(ms, 0);
+  }
+  request["routes"] = {"", "-cuda.precision=fp17"};
+  ASSERT_TRUE(kiln::writeFileAtomically(dir_ / "request.json", request.dump()).isOk());
+  ASSERT_EQ(kiln("__trial request.json").exitCode, 0);
+  const json bad = json::parse(kiln::readFileBytes(dir_ / "interleave.json").value());
+  EXPECT_EQ(bad.at("status"), "build-error");
+  EXPECT_NE(bad.at("message").get<std::string>().find("-cuda.precision=fp17"), std::string::npos)
+      << bad.dump();
+#else
+  EXPECT_EQ(outcome.exitCode, 1);
+  EXPECT_NE(outcome.err.find("built without the CUDA backend"), std::string::npos) << outcome.err;
+#endif
+}
+
 }  // namespace

@@ -36,25 +36,33 @@ struct TuneFlags {
   double trialMemoryMiB = -1;  // -1: three quarters of physical memory
 };
 
-uint64_t defaultMemoryLimit() {
-  const long pages = ::sysconf(_SC_PHYS_PAGES);
-  const long pageSize = ::sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || pageSize <= 0) return 0;
-  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(pageSize) / 4 * 3;
-}
-
 Status prepare(TuneFlags& flags, const CLI::App& sub) {
   tune::TuneOptions& o = flags.options;
   o.trialLimits.memoryBytes = flags.trialMemoryMiB < 0
-                                  ? defaultMemoryLimit()
+                                  ? tune::kDefaultTrialMemory
                                   : static_cast<uint64_t>(flags.trialMemoryMiB * 1024 * 1024);
   if (o.resume) {
     // A continued run takes its study from the cache; only how it runs may be given again.
-    for (const char* study :
-         {"--tune", "--tune-file", "--search", "--shapes", "--loadInputs", "--loadRefOutputs",
-          "--seed", "--accuracy-metric", "--accuracy-threshold", "--atol", "--rtol", "--warmUp",
-          "--iterations", "--duration", "--finalists", "--saveEngine", "--report",
-          "--save-all-engines", "--dry-run"}) {
+    for (const char* study : {"--tune",
+                              "--tune-file",
+                              "--backend",
+                              "--search",
+                              "--shapes",
+                              "--loadInputs",
+                              "--loadRefOutputs",
+                              "--seed",
+                              "--accuracy-metric",
+                              "--accuracy-threshold",
+                              "--atol",
+                              "--rtol",
+                              "--warmUp",
+                              "--iterations",
+                              "--duration",
+                              "--finalists",
+                              "--saveEngine",
+                              "--report",
+                              "--save-all-engines",
+                              "--dry-run"}) {
       if (sub.count(study) > 0) {
         return invalidInput(
             "--continue takes the study's settings from the cache; {} cannot be changed (start "
@@ -153,6 +161,10 @@ Command addTuneCommand(CLI::App& app) {
       "tune", "Search build routes for the fastest engine that meets the accuracy threshold");
   sub->add_option("model", flags->model, "the .onnx file");
   sub->add_option("--shapes", o.shapes, "fix dynamic input shapes: name:1x3x224x224,name2:...");
+  sub->add_option("--backend", o.backend,
+                  "cpu (engine files, the default) or cuda (each trial builds and times a CUDA "
+                  "plan on the GPU, with CUDA events)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("--tune", flags->tuneText,
                   "route expression: -knob=[a|b] varies a knob, -knob=* over every value, "
                   "-knob=value pins it, -knob@glob=[a|b] per node");

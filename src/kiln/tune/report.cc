@@ -178,7 +178,7 @@ std::string markdownReport(const ReportInput& input) {
   md += "## Routes\n\n";
   md +=
       "| # | phase | route | status | median ms [95% interval] | speedup vs default | worst "
-      "loss | note |\n|---|---|---|---|---|---|---|---|\n";
+      "loss | build s | note |\n|---|---|---|---|---|---|---|---|---|\n";
   std::vector<const TrialRecord*> sorted;
   for (const auto& record : *input.records) sorted.push_back(&record);
   std::stable_sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) {
@@ -201,8 +201,9 @@ std::string markdownReport(const ReportInput& input) {
     if (!r->accuracy.empty()) loss = fmt::format("{:.3g}", worstLoss(*r));
     std::string note = r->message;
     if (d.winner && r->route == *d.winner) note = "**winner**" + (note.empty() ? "" : "; " + note);
-    md += fmt::format("| {} | {} | `{}` | {} | {} | {} | {} | {} |\n", r->iteration, r->phase,
-                      cell(shown(r->route)), trialStatusName(r->status), time, speedup, loss,
+    const std::string build = r->buildMs > 0 ? fmt::format("{:.2f}", r->buildMs / 1000) : "—";
+    md += fmt::format("| {} | {} | `{}` | {} | {} | {} | {} | {} | {} |\n", r->iteration, r->phase,
+                      cell(shown(r->route)), trialStatusName(r->status), time, speedup, loss, build,
                       cell(note));
   }
   md += "\n";

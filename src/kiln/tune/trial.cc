@@ -20,6 +20,9 @@
 #include "kiln/engine/engine_file.h"
 #include "kiln/ir/npy.h"
 #include "kiln/onnx/import.h"
+#if KILN_HAVE_CUDA
+#include "kiln/backends/cuda/plan.h"
+#endif
 
 namespace kiln::tune {
 
@@ -82,8 +85,135 @@ TimingSettings timingFromJson(const json& j) {
   return timing;
 }
 
+// A built trial's second half, on either backend: runs every input set and saves its outputs,
+// then times the first set. A failure of the route's plan is a "run-error" in `result`.
+using RunFunction = std::function<Result<std::vector<ir::Tensor>>(const std::vector<ir::Tensor>&)>;
+using TimeFunction = std::function<Result<std::vector<double>>(const std::vector<ir::Tensor>&)>;
+
+Result<json> runAndTime(const json& request, const ir::Graph& graph, const knobs::Route& route,
+                        const std::filesystem::path& outputsDir, json result,
+                        const RunFunction& run, const TimeFunction& time) {
+  json outputFiles = json::array();
+  std::vector<ir::Tensor> firstInputs;
+  const json& inputSets = request.at("inputs");
+  for (size_t set = 0; set < inputSets.size(); ++set) {
+    KILN_ASSIGN_OR_RETURN(std::vector<ir::Tensor> inputs,
+                          readInputSet(inputSets[set].get<std::string>(), graph));
+    auto outputs = run(inputs);
+    if (!outputs.isOk()) {
+      result["status"] = "run-error";
+      result["message"] = outputs.status().message();
+      return result;
+    }
+    if (faultInjector().onOutputs) faultInjector().onOutputs(route, *outputs);
+    ir::NamedTensors named;
+    for (size_t o = 0; o < outputs->size(); ++o) {
+      named.emplace_back(graph.outputs[o]->name, (*outputs)[o]);
+    }
+    const std::filesystem::path file = outputsDir / fmt::format("outputs_{}.npz", set);
+    KILN_RETURN_IF_ERROR(ir::writeNpz(file, named));
+    outputFiles.push_back(file.string());
+    if (set == 0) firstInputs = std::move(inputs);
+  }
+  result["outputs"] = outputFiles;
+  auto samples = time(firstInputs);
+  if (!samples.isOk()) {
+    result["status"] = "run-error";
+    result["message"] = samples.status().message();
+    return result;
+  }
+  result["samples"] = *samples;
+  return result;
+}
+
+#if KILN_HAVE_CUDA
+// A route's CUDA plan, built and prepared on the GPU (weights uploaded, library algorithms
+// chosen, generated kernels compiled, the CUDA graph captured), with what each stage cost.
+struct CudaTrialPlan {
+  CudaBuild build;
+  knobs::Route route;
+  double lowerMs = 0;    // import, passes and lowering
+  double prepareMs = 0;  // Plan::initialize
+};
+
+// Every failure here is the route's (a build error), not the harness's.
+Result<CudaTrialPlan> buildCudaPlan(const json& request, const std::string& routeText) {
+  const auto start = Clock::now();
+  onnx::ImportOptions importOptions;
+  KILN_ASSIGN_OR_RETURN(importOptions.inputShapes,
+                        onnx::parseShapeSpec(request.at("shapes").get<std::string>()));
+  KILN_ASSIGN_OR_RETURN(onnx::Model imported,
+                        onnx::importModel(request.at("model").get<std::string>(), importOptions));
+  BuilderConfig config;
+  KILN_RETURN_IF_ERROR(config.setBuildRoute(routeText));
+  KILN_ASSIGN_OR_RETURN(CudaBuild build, buildCuda(std::move(imported.graph), config));
+  CudaTrialPlan trial{std::move(build), config.route()};
+  const auto lowered = Clock::now();
+  trial.lowerMs = std::chrono::duration<double, std::milli>(lowered - start).count();
+  KILN_RETURN_IF_ERROR(trial.build.plan.initialize().withContext("preparing the plan on the GPU"));
+  trial.prepareMs = std::chrono::duration<double, std::milli>(Clock::now() - lowered).count();
+  return trial;
+}
+
+// GPU time of runs enqueued back to back, ten at a time, between CUDA events (the CUDA graph's
+// replay where the plan has one; the inputs are uploaded before each batch, outside the events).
+constexpr int kCudaBatch = 10;
+
+Result<std::vector<double>> timeCudaRuns(cuda::Plan& plan, const std::vector<ir::Tensor>& inputs,
+                                         const TimingSettings& timing) {
+  const cuda::TimingOptions batch{.warmUpRuns = 0, .runs = kCudaBatch, .includeCopies = false};
+  const auto warmUpEnd = Clock::now() + std::chrono::duration<double, std::milli>(timing.warmUpMs);
+  do {
+    KILN_RETURN_IF_ERROR(plan.time(inputs, batch).status());
+  } while (Clock::now() < warmUpEnd);
+  std::vector<double> samples;
+  const auto start = Clock::now();
+  while (static_cast<int>(samples.size()) < timing.minIterations ||
+         Clock::now() - start < std::chrono::duration<double>(timing.minSeconds)) {
+    KILN_ASSIGN_OR_RETURN(std::vector<double> ms, plan.time(inputs, batch));
+    samples.insert(samples.end(), ms.begin(), ms.end());
+  }
+  return samples;
+}
+
+// A CUDA trial: no engine file (a plan lives in the process that built it), so the route's plan
+// is built here, run on every input set and timed on the first.
+Result<json> runCudaBuildRequest(const json& request) {
+  json result = {{"status", "ok"}, {"message", ""}};
+  const std::string routeText = request.at("route").get<std::string>();
+  const std::filesystem::path outputsDir = request.at("outputs_dir").get<std::string>();
+  const TimingSettings timing = timingFromJson(request.at("timing"));
+  auto trial = buildCudaPlan(request, routeText);
+  if (!trial.isOk()) {
+    result["status"] = "build-error";
+    result["message"] = trial.status().message();
+    return result;
+  }
+  result["build_ms"] = trial->lowerMs + trial->prepareMs;
+  cuda::Plan& plan = trial->build.plan;
+  result["build"] = {{"lower_ms", trial->lowerMs},
+                     {"prepare_ms", trial->prepareMs},
+                     {"generated_kernels", plan.generatedKernels()},
+                     {"nvrtc_ms", plan.codegenMilliseconds()},
+                     {"graph", plan.usesGraph()}};
+  if (faultInjector().afterBuild) faultInjector().afterBuild(trial->route);
+  return runAndTime(
+      request, plan.graph(), trial->route, outputsDir, result,
+      [&](const std::vector<ir::Tensor>& inputs) { return plan.run(inputs); },
+      [&](const std::vector<ir::Tensor>& inputs) { return timeCudaRuns(plan, inputs, timing); });
+}
+#endif
+
 // The "build" request: what one candidate route's trial does.
 Result<json> runBuildRequest(const json& request) {
+#if KILN_HAVE_CUDA
+  if (request.value("backend", std::string("cpu")) == "cuda") return runCudaBuildRequest(request);
+#else
+  if (request.value("backend", std::string("cpu")) == "cuda") {
+    return json{{"status", "build-error"},
+                {"message", "this kiln was built without the CUDA backend"}};
+  }
+#endif
   json result = {{"status", "ok"}, {"message", ""}};
   const std::filesystem::path model = request.at("model").get<std::string>();
   const std::string routeText = request.at("route").get<std::string>();
@@ -125,43 +255,73 @@ Result<json> runBuildRequest(const json& request) {
   KILN_ASSIGN_OR_RETURN(std::string engineBytes, readFileBytes(enginePath));
   result["engine_hash"] = "fnv1a64:" + knobs::stableHash(engineBytes);
 
-  const ir::Graph& graph = engine->plan.graph();
-  json outputFiles = json::array();
-  std::vector<ir::Tensor> firstInputs;
-  const json& inputSets = request.at("inputs");
-  for (size_t set = 0; set < inputSets.size(); ++set) {
-    KILN_ASSIGN_OR_RETURN(std::vector<ir::Tensor> inputs,
-                          readInputSet(inputSets[set].get<std::string>(), graph));
-    auto outputs = engine->plan.run(inputs);
-    if (!outputs.isOk()) {
-      result["status"] = "run-error";
-      result["message"] = outputs.status().message();
-      return result;
-    }
-    if (faultInjector().onOutputs) faultInjector().onOutputs(config.route(), *outputs);
-    ir::NamedTensors named;
-    for (size_t o = 0; o < outputs->size(); ++o) {
-      named.emplace_back(graph.outputs[o]->name, (*outputs)[o]);
-    }
-    const std::filesystem::path file = outputsDir / fmt::format("outputs_{}.npz", set);
-    KILN_RETURN_IF_ERROR(ir::writeNpz(file, named));
-    outputFiles.push_back(file.string());
-    if (set == 0) firstInputs = std::move(inputs);
-  }
-  result["outputs"] = outputFiles;
-  auto samples = timeRuns(engine->plan, config.route(), firstInputs, timing);
-  if (!samples.isOk()) {
-    result["status"] = "run-error";
-    result["message"] = samples.status().message();
-    return result;
-  }
-  result["samples"] = *samples;
-  return result;
+  const cpu::Plan& plan = engine->plan;
+  return runAndTime(
+      request, plan.graph(), config.route(), outputsDir, result,
+      [&](const std::vector<ir::Tensor>& inputs) { return plan.run(inputs); },
+      [&](const std::vector<ir::Tensor>& inputs) {
+        return timeRuns(plan, config.route(), inputs, timing);
+      });
 }
+
+#if KILN_HAVE_CUDA
+// The finalist round on the GPU: every route's plan built again and prepared in this one process
+// (the default's first), then one batch of each per round, the starting plan rotating.
+Result<json> runCudaInterleaveRequest(const json& request) {
+  const TimingSettings timing = timingFromJson(request.at("timing"));
+  std::vector<CudaTrialPlan> plans;
+  for (const json& route : request.at("routes")) {
+    auto plan = buildCudaPlan(request, route.get<std::string>());
+    if (!plan.isOk()) {
+      return json{{"status", "build-error"},
+                  {"message",
+                   plan.status()
+                       .withContext(fmt::format("rebuilding route '{}'", route.get<std::string>()))
+                       .message()}};
+    }
+    plans.push_back(std::move(plan).value());
+  }
+  const std::filesystem::path inputPath = request.at("inputs").get<std::string>();
+  std::vector<std::vector<ir::Tensor>> inputs;
+  for (const CudaTrialPlan& plan : plans) {
+    KILN_ASSIGN_OR_RETURN(auto set, readInputSet(inputPath, plan.build.plan.graph()));
+    inputs.push_back(std::move(set));
+  }
+  TimingSettings warmUp = timing;
+  warmUp.minIterations = 0;
+  warmUp.minSeconds = 0;
+  for (size_t p = 0; p < plans.size(); ++p) {
+    KILN_RETURN_IF_ERROR(timeCudaRuns(plans[p].build.plan, inputs[p], warmUp).status());
+  }
+  const cuda::TimingOptions batch{.warmUpRuns = 0, .runs = kCudaBatch, .includeCopies = false};
+  std::vector<std::vector<double>> samples(plans.size());
+  const auto start = Clock::now();
+  const size_t count = plans.size();
+  for (size_t round = 0;
+       static_cast<int>(round) * kCudaBatch < timing.minIterations ||
+       Clock::now() - start < std::chrono::duration<double>(timing.minSeconds * count);
+       ++round) {
+    for (size_t k = 0; k < count; ++k) {
+      const size_t p = (round + k) % count;
+      KILN_ASSIGN_OR_RETURN(std::vector<double> ms, plans[p].build.plan.time(inputs[p], batch));
+      samples[p].insert(samples[p].end(), ms.begin(), ms.end());
+    }
+  }
+  return json{{"status", "ok"}, {"message", ""}, {"samples", samples}};
+}
+#endif
 
 // The "interleave" request: the finalist round. One run of each engine per round, the starting
 // engine rotating, so that every engine sees the same machine state on average.
 Result<json> runInterleaveRequest(const json& request) {
+  if (request.value("backend", std::string("cpu")) == "cuda") {
+#if KILN_HAVE_CUDA
+    return runCudaInterleaveRequest(request);
+#else
+    return json{{"status", "build-error"},
+                {"message", "this kiln was built without the CUDA backend"}};
+#endif
+  }
   const TimingSettings timing = timingFromJson(request.at("timing"));
   std::vector<LoadedEngine> engines;
   std::vector<knobs::Route> routes;

@@ -22,6 +22,9 @@
 #include "kiln/base/file.h"
 #include "kiln/base/version.h"
 #include "kiln/engine/engine_file.h"
+#if KILN_HAVE_CUDA
+#include "kiln/backends/cuda/runtime.h"
+#endif
 #include "kiln/ir/inputs.h"
 #include "kiln/ir/npy.h"
 #include "kiln/onnx/import.h"
@@ -84,6 +87,7 @@ json accuracyJson(const AccuracySettings& a) {
 json TuneOptions::studyJson() const {
   return {
       {"model", fs::absolute(model).string()},
+      {"backend", backend},
       {"shapes", shapes},
       {"expression", expression},
       {"search", searchModeName(search)},
@@ -104,6 +108,7 @@ Status TuneOptions::restoreStudy(const json& study) {
     // A model given again on the command line (moved since) is used, and checked against the
     // hash the run recorded; otherwise the recorded path.
     if (model.empty()) model = study.at("model").get<std::string>();
+    backend = study.value("backend", std::string("cpu"));  // stores from before CUDA tuning
     shapes = study.at("shapes").get<std::string>();
     expression = study.at("expression").get<std::string>();
     KILN_ASSIGN_OR_RETURN(search, parseSearchMode(study.at("search").get<std::string>()));
@@ -156,17 +161,39 @@ std::string isoNow() {
 
 std::string displayRoute(const std::string& route) { return route.empty() ? "(default)" : route; }
 
-// What the chosen route's engine depends on: the machine and the software that built it.
-json targetFingerprint() {
+// What the chosen route's engine depends on: the machine and the software that built it. For
+// the GPU, the device and the driver and library versions its tactics were chosen under (this
+// process opens the device once to read them; the trials build and time in their own).
+Result<json> targetFingerprint(const std::string& backend) {
+  if (backend == "cuda") {
+#if KILN_HAVE_CUDA
+    auto device = cuda::currentDevice();
+    if (!device.isOk()) return device.status().withContext("--backend cuda");
+    return json{{"backend", "cuda"},
+                {"gpu", device->name},
+                {"compute_capability", device->computeCapability()},
+                {"multiprocessors", device->multiprocessors},
+                {"memory_bytes", device->memoryBytes},
+                {"driver", device->driverVersion},
+                {"cuda_runtime", device->runtimeVersion},
+                {"cudnn", device->cudnnVersion},
+                {"cublaslt", device->cublasLtVersion},
+                {"kiln_version", std::string(kKilnVersion)}};
+#else
+    return Status(StatusCode::kUnsupported,
+                  "--backend cuda: this kiln was built without the CUDA backend (KILN_CUDA=OFF, "
+                  "or no CUDA toolkit at configure time)");
+#endif
+  }
   const EngineTarget target = currentTarget();
-  return {{"backend", "cpu"},
-          {"cpu_model", target.cpuModel},
-          {"avx2", target.avx2},
-          {"avx512f", target.avx512f},
-          {"fma", target.fma},
-          {"avx512bf16", target.avx512bf16},
-          {"cpus", std::thread::hardware_concurrency()},
-          {"kiln_version", std::string(kKilnVersion)}};
+  return json{{"backend", "cpu"},
+              {"cpu_model", target.cpuModel},
+              {"avx2", target.avx2},
+              {"avx512f", target.avx512f},
+              {"fma", target.fma},
+              {"avx512bf16", target.avx512bf16},
+              {"cpus", std::thread::hardware_concurrency()},
+              {"kiln_version", std::string(kKilnVersion)}};
 }
 
 json versionsJson() {
@@ -387,6 +414,7 @@ Result<TrialRun> runTrial(const Study& study, const std::string& route, int64_t 
   fs::create_directories(study.workDir / "engines");
   const fs::path engine = study.workDir / "engines" / fmt::format("{}.kiln", name);
   json request = {{"mode", "build"},
+                  {"backend", study.options.backend},
                   {"model", study.options.model.string()},
                   {"shapes", study.options.shapes},
                   {"route", route},
@@ -467,8 +495,10 @@ Result<TrialRun> runTrial(const Study& study, const std::string& route, int64_t 
       record.message = "failed while running: " + result.at("message").get<std::string>();
       return run;
     }
-    record.enginePath = engine.string();
-    record.engineHash = result.at("engine_hash").get<std::string>();
+    if (result.contains("engine_hash")) {  // cpu; a CUDA trial leaves no engine file
+      record.enginePath = engine.string();
+      record.engineHash = result.at("engine_hash").get<std::string>();
+    }
     record.timing = analyzeTimings(result.at("samples").get<std::vector<double>>());
     const auto outputFiles = result.at("outputs").get<std::vector<std::string>>();
     if (outputFiles.size() != study.references.size()) {
@@ -590,19 +620,29 @@ Result<std::vector<ComparisonRecord>> runFinalistRound(
   const fs::path dir = study.workDir / "trials" / "finalists";
   fs::remove_all(dir);
   fs::create_directories(dir);
-  // Each engine goes with the hash its trial recorded: the child refuses one that changed since.
-  json engines = json::array({base.enginePath});
-  json hashes = json::array({base.engineHash});
-  for (const TrialRecord* finalist : finalists) {
-    engines.push_back(finalist->enginePath);
-    hashes.push_back(finalist->engineHash);
-  }
   json request = {{"mode", "interleave"},
-                  {"engines", engines},
-                  {"engine_hashes", hashes},
+                  {"backend", study.options.backend},
                   {"inputs", study.inputFiles.front().string()},
                   {"timing", timingSettingsJson(study.options.finalTiming)},
                   {"result", (dir / "result.json").string()}};
+  if (study.options.backend == "cuda") {
+    // No engine files: the child builds each route's plan again, all of them on one GPU.
+    json routes = json::array({base.route});
+    for (const TrialRecord* finalist : finalists) routes.push_back(finalist->route);
+    request["routes"] = routes;
+    request["model"] = study.options.model.string();
+    request["shapes"] = study.options.shapes;
+  } else {
+    // Each engine goes with the hash its trial recorded: the child refuses one that changed.
+    json engines = json::array({base.enginePath});
+    json hashes = json::array({base.engineHash});
+    for (const TrialRecord* finalist : finalists) {
+      engines.push_back(finalist->enginePath);
+      hashes.push_back(finalist->engineHash);
+    }
+    request["engines"] = engines;
+    request["engine_hashes"] = hashes;
+  }
   KILN_RETURN_IF_ERROR(writeFileAtomically(dir / "request.json", request.dump(1)));
   KILN_ASSIGN_OR_RETURN(ChildOutcome child,
                         runChild(study.executable, {"__trial", (dir / "request.json").string()},
@@ -771,6 +811,33 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
     }
     KILN_RETURN_IF_ERROR(options.restoreStudy(study));
   }
+  if (options.backend != "cpu" && options.backend != "cuda") {
+    return invalidInput("--backend {}: kiln tunes for cpu or cuda", options.backend);
+  }
+  if (options.backend == "cuda") {
+    // A CUDA plan lives only in the process that built it: what a trial leaves is its route.
+    if (!options.saveEngine.empty() || !options.saveAllEngines.empty()) {
+      return invalidInput(
+          "--backend cuda has no engine files to save (--saveEngine, --save-all-engines): a CUDA "
+          "plan is rebuilt from its route (`kiln run --backend cuda --route ...`); the winning "
+          "route is printed and written to --report");
+    }
+    if (options.trialLimits.memoryBytes == kDefaultTrialMemory) {
+      options.trialLimits.memoryBytes = 0;
+    } else if (options.trialLimits.memoryBytes > 0) {
+      return invalidInput(
+          "--trial-memory-limit cannot apply to --backend cuda: the CUDA driver reserves far more "
+          "address space than it uses, so an address-space limit fails every trial");
+    }
+  }
+  if (options.trialLimits.memoryBytes == kDefaultTrialMemory) {
+    const long pages = ::sysconf(_SC_PHYS_PAGES);
+    const long pageSize = ::sysconf(_SC_PAGESIZE);
+    options.trialLimits.memoryBytes =
+        pages > 0 && pageSize > 0
+            ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(pageSize) / 4 * 3
+            : 0;
+  }
   options.model = fs::absolute(options.model);
   if (!options.resume) {
     for (auto* specs : {&options.loadInputs, &options.loadRefOutputs}) {
@@ -836,6 +903,7 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
     }
   }
   KILN_ASSIGN_OR_RETURN(study.executable, currentExecutable());
+  KILN_ASSIGN_OR_RETURN(const json target, targetFingerprint(options.backend));
 
   if (options.cache.empty()) {
     char pattern[] = "/tmp/kiln-tune-XXXXXX";
@@ -857,7 +925,6 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
     }
   } removeTemporary{study};
 
-  const json target = targetFingerprint();
   if (store) {
     const auto& header = store->header();
     auto field = [&](const std::string& key) {
@@ -991,7 +1058,7 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
         for (const auto& a : r.accuracy) {
           if (std::isnan(a.loss) || a.loss > worst) worst = a.loss;
         }
-        detail += fmt::format("  loss {:.3g}", worst);
+        detail += fmt::format("  loss {:.3g}  build {:.2f} s", worst, r.buildMs / 1000);
       }
       if (!r.message.empty()) detail += (detail.empty() ? "" : "  ") + r.message;
       say("[phase {} {}/{}] {}: {}  {}\n", phase, done, routes.size(), displayRoute(r.route),

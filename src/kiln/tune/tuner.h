@@ -33,8 +33,9 @@ inline constexpr uint64_t kLargeSearchRoutes = 64;
 struct TuneOptions {
   // What is searched: these define a study and are kept in the store's header.
   std::filesystem::path model;
-  std::string shapes;      // --shapes text
-  std::string expression;  // the route expression's text
+  std::string backend = "cpu";  // cpu (engine files) or cuda (plans rebuilt from their route)
+  std::string shapes;           // --shapes text
+  std::string expression;       // the route expression's text
   SearchMode search = SearchMode::kFast;
   std::vector<std::string> loadInputs;      // one input set per entry
   std::vector<std::string> loadRefOutputs;  // its reference outputs (same count, or none)
@@ -61,6 +62,11 @@ struct TuneOptions {
   // Restores the study fields from studyJson(), keeping this object's run fields.
   Status restoreStudy(const nlohmann::json& study);
 };
+
+// TuneOptions::trialLimits.memoryBytes meaning "the backend's default": three quarters of
+// physical memory for cpu; none for cuda (whose driver reserves far more address space than it
+// uses, so that an address-space limit fails every trial).
+inline constexpr uint64_t kDefaultTrialMemory = ~uint64_t{0};
 
 // Process exit codes of a tuning run beyond 0/1/2/3 (see cli/commands.h).
 inline constexpr int kTuneExitInterrupted = 130;
