@@ -25,7 +25,8 @@ from pathlib import Path
 
 TIMING = re.compile(r"^GPU compute time over (\d+) runs \(ms\): min ([\d.]+)\s+median ([\d.]+)")
 BUILD = re.compile(r"^build: passes and lowering ([\d.]+) ms, device preparation ([\d.]+) ms "
-                   r"\((\d+) generated kernels, NVRTC ([\d.]+) ms\)")
+                   r"\((\d+) generated kernels, NVRTC ([\d.]+) ms(?:; timed layers: (\d+) "
+                   r"from the timing cache, (\d+) timed)?\)")
 
 
 def run_once(kiln: str, model: Path, inputs: Path, route: str, duration: float,
@@ -45,6 +46,8 @@ def run_once(kiln: str, model: Path, inputs: Path, route: str, duration: float,
         elif m := BUILD.match(line):
             result["lower_ms"], result["prepare_ms"] = float(m[1]), float(m[2])
             result["generated"], result["nvrtc_ms"] = int(m[3]), float(m[4])
+            if m[5] is not None:
+                result["timing_cache_hits"], result["timed_layers"] = int(m[5]), int(m[6])
     if done.returncode != 0 or "median" not in result:
         lines = (done.stderr or done.stdout).strip().splitlines()
         result["error"] = f"exit {done.returncode}: {lines[-1] if lines else 'no output'}"

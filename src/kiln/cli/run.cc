@@ -43,7 +43,8 @@ struct RunOptions {
   double durationS = 3;   // ...and at least this long
   std::string exportTimes;
   bool dumpProfile = false;
-  bool dataTransfers = false;  // cuda: host/device copies inside each timed run
+  bool dataTransfers = false;   // cuda: host/device copies inside each timed run
+  std::string timingCacheFile;  // cuda: where timed choices are read from and saved to
 };
 
 void printSummary(const std::string& name, const ir::Tensor& tensor) {
@@ -189,6 +190,8 @@ int runModel(const RunOptions& options) {
 #endif
   } else if (options.dataTransfers) {
     return reportError(invalidInput("--dataTransfers applies to --backend cuda only"));
+  } else if (!options.timingCacheFile.empty()) {
+    return reportError(invalidInput("--timingCacheFile applies to --backend cuda only"));
   }
   const bool fromEngine = isEngineFile(options.model);
   if (fromEngine) {
@@ -296,6 +299,7 @@ int runModel(const RunOptions& options) {
   } else if (options.backend == "cuda") {
     auto flags = builderConfigFromFlags(options.route, options.dumpIrAfter);
     if (!flags.isOk()) return reportError(flags.status());
+    flags->timingCacheFile = options.timingCacheFile;
     const auto buildStart = std::chrono::steady_clock::now();
     auto built = buildCuda(std::move(model->graph), *flags);
     if (!built.isOk()) return reportError(built.status());
@@ -330,12 +334,13 @@ int runModel(const RunOptions& options) {
     }
     std::printf(
         "build: passes and lowering %.1f ms, device preparation %.1f ms (%d generated kernels, "
-        "NVRTC %.1f ms)\n",
+        "NVRTC %.1f ms; timed layers: %d from the timing cache, %d timed)\n",
         lowerMs,
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
                                                   initializeStart)
             .count(),
-        cudaBuild->plan.generatedKernels(), cudaBuild->plan.codegenMilliseconds());
+        cudaBuild->plan.generatedKernels(), cudaBuild->plan.codegenMilliseconds(),
+        cudaBuild->plan.timingCacheHits(), cudaBuild->plan.timingCacheMisses());
     runOnce = [&](std::vector<double>* steps) { return cudaBuild->plan.run(inputs, steps); };
 #endif
   } else {
@@ -417,6 +422,10 @@ Command addRunCommand(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--exportTimes", options->exportTimes, "write every run's latency as JSON");
   sub->add_flag("--dumpProfile", options->dumpProfile, "print per-layer times");
+  sub->add_option("--timingCacheFile", options->timingCacheFile,
+                  "cuda: read the choices of timed layers (cuda.gemm.algo=timed, "
+                  "cuda.conv.algo=timed) from this timing cache and save new ones to it "
+                  "(created if missing; one section per GPU and software versions)");
   sub->add_flag("--dataTransfers", options->dataTransfers,
                 "cuda: time the host-to-device input and device-to-host output copies too "
                 "(excluded by default)");

@@ -62,6 +62,7 @@ Status prepare(TuneFlags& flags, const CLI::App& sub) {
                               "--saveEngine",
                               "--report",
                               "--save-all-engines",
+                              "--timingCacheFile",
                               "--dry-run"}) {
       if (sub.count(study) > 0) {
         return invalidInput(
@@ -226,6 +227,9 @@ Command addTuneCommand(CLI::App& app) {
                   "beside it");
   sub->add_option("--report", o.report, "write the Markdown report here");
   sub->add_option("--save-all-engines", o.saveAllEngines, "keep every candidate's engine here");
+  sub->add_option("--timingCacheFile", o.timingCacheFile,
+                  "cuda: the timing cache every trial reads and extends (default: one in the "
+                  "run's work folder, shared by this run's routes)");
   sub->add_flag("--quiet", o.quiet, "print nothing but errors");
   sub->footer(
       "Exit codes: 0 a winner was chosen (possibly the default route), 1 bad input or no "

@@ -53,6 +53,7 @@ Result<CudaBuild> buildCuda(ir::Graph graph, const BuilderConfig& config) {
   records.push_back(std::move(precision));
   auto shared = std::make_shared<const ir::Graph>(std::move(graph));
   KILN_ASSIGN_OR_RETURN(cuda::Plan plan, cuda::lowerToCuda(shared, config.route()));
+  plan.setTimingCacheFile(config.timingCacheFile);
   return CudaBuild{std::move(plan), std::move(records)};
 }
 #endif

@@ -2,6 +2,7 @@
 // setBuildRoute/getBuildRoute), buildCpu runs the pass pipeline and lowers to a CPU plan.
 #pragma once
 
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,9 @@ class BuilderConfig {
   const knobs::Route& route() const { return route_; }
 
   passes::PipelineOptions pipeline;  // --dump-ir-after and its printer
+  // CUDA: the timing cache file timed choices are read from and saved to (--timingCacheFile;
+  // "" keeps them in the process only). cuda.timing_cache=off ignores it.
+  std::filesystem::path timingCacheFile;
 
  private:
   knobs::Route route_;

@@ -146,6 +146,7 @@ Result<CudaTrialPlan> buildCudaPlan(const json& request, const std::string& rout
                         onnx::importModel(request.at("model").get<std::string>(), importOptions));
   BuilderConfig config;
   KILN_RETURN_IF_ERROR(config.setBuildRoute(routeText));
+  config.timingCacheFile = request.value("timing_cache", std::string());
   KILN_ASSIGN_OR_RETURN(CudaBuild build, buildCuda(std::move(imported.graph), config));
   CudaTrialPlan trial{std::move(build), config.route()};
   const auto lowered = Clock::now();
@@ -195,6 +196,8 @@ Result<json> runCudaBuildRequest(const json& request) {
                      {"prepare_ms", trial->prepareMs},
                      {"generated_kernels", plan.generatedKernels()},
                      {"nvrtc_ms", plan.codegenMilliseconds()},
+                     {"timing_cache_hits", plan.timingCacheHits()},
+                     {"timed_layers", plan.timingCacheMisses()},
                      {"graph", plan.usesGraph()}};
   if (faultInjector().afterBuild) faultInjector().afterBuild(trial->route);
   return runAndTime(

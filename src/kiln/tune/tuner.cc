@@ -22,6 +22,7 @@
 #include "kiln/base/file.h"
 #include "kiln/base/version.h"
 #include "kiln/engine/engine_file.h"
+#include "kiln/engine/timing_cache.h"
 #if KILN_HAVE_CUDA
 #include "kiln/backends/cuda/runtime.h"
 #endif
@@ -100,7 +101,8 @@ json TuneOptions::studyJson() const {
       {"final_timing", timingSettingsJson(finalTiming)},
       {"save_engine", saveEngine.empty() ? "" : fs::absolute(saveEngine).string()},
       {"report", report.empty() ? "" : fs::absolute(report).string()},
-      {"save_all_engines", saveAllEngines.empty() ? "" : fs::absolute(saveAllEngines).string()}};
+      {"save_all_engines", saveAllEngines.empty() ? "" : fs::absolute(saveAllEngines).string()},
+      {"timing_cache_file", timingCacheFile.empty() ? "" : fs::absolute(timingCacheFile).string()}};
 }
 
 Status TuneOptions::restoreStudy(const json& study) {
@@ -127,6 +129,7 @@ Status TuneOptions::restoreStudy(const json& study) {
     saveEngine = study.at("save_engine").get<std::string>();
     report = study.at("report").get<std::string>();
     saveAllEngines = study.at("save_all_engines").get<std::string>();
+    timingCacheFile = study.value("timing_cache_file", std::string());
   } catch (const json::exception& e) {
     return invalidInput("the cache's study settings are unreadable: {}", e.what());
   }
@@ -398,6 +401,13 @@ std::string lastLine(const std::string& text) {
                      end - (start == std::string::npos ? 0 : start + 1) + 1);
 }
 
+// The timing cache of a CUDA study's trials: the one given, else the work folder's.
+fs::path timingCacheOf(const Study& study) {
+  if (study.options.backend != "cuda") return {};
+  return study.options.timingCacheFile.empty() ? study.workDir / "timing.cache"
+                                               : fs::absolute(study.options.timingCacheFile);
+}
+
 // `tag` names the trial's folder and engine file (default: the iteration).
 Result<TrialRun> runTrial(const Study& study, const std::string& route, int64_t iteration,
                           int phase, const std::atomic<bool>& stop, Clock::time_point deadline,
@@ -415,6 +425,7 @@ Result<TrialRun> runTrial(const Study& study, const std::string& route, int64_t 
   const fs::path engine = study.workDir / "engines" / fmt::format("{}.kiln", name);
   json request = {{"mode", "build"},
                   {"backend", study.options.backend},
+                  {"timing_cache", timingCacheOf(study).string()},
                   {"model", study.options.model.string()},
                   {"shapes", study.options.shapes},
                   {"route", route},
@@ -622,6 +633,7 @@ Result<std::vector<ComparisonRecord>> runFinalistRound(
   fs::create_directories(dir);
   json request = {{"mode", "interleave"},
                   {"backend", study.options.backend},
+                  {"timing_cache", timingCacheOf(study).string()},
                   {"inputs", study.inputFiles.front().string()},
                   {"timing", timingSettingsJson(study.options.finalTiming)},
                   {"result", (dir / "result.json").string()}};
@@ -814,6 +826,9 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
   if (options.backend != "cpu" && options.backend != "cuda") {
     return invalidInput("--backend {}: kiln tunes for cpu or cuda", options.backend);
   }
+  if (options.backend != "cuda" && !options.timingCacheFile.empty()) {
+    return invalidInput("--timingCacheFile applies to --backend cuda only");
+  }
   if (options.backend == "cuda") {
     // A CUDA plan lives only in the process that built it: what a trial leaves is its route.
     if (!options.saveEngine.empty() || !options.saveAllEngines.empty()) {
@@ -821,6 +836,11 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
           "--backend cuda has no engine files to save (--saveEngine, --save-all-engines): a CUDA "
           "plan is rebuilt from its route (`kiln run --backend cuda --route ...`); the winning "
           "route is printed and written to --report");
+    }
+    if (!options.timingCacheFile.empty()) {
+      // Read once here, so that a file that is not a timing cache stops the run at once rather
+      // than failing every trial's build.
+      KILN_RETURN_IF_ERROR(TimingCache::forFile(options.timingCacheFile).status());
     }
     if (options.trialLimits.memoryBytes == kDefaultTrialMemory) {
       options.trialLimits.memoryBytes = 0;

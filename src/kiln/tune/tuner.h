@@ -47,6 +47,9 @@ struct TuneOptions {
   std::filesystem::path saveEngine;      // the winner's engine (+ .manifest.json beside it)
   std::filesystem::path report;          // Markdown report ("" : beside saveEngine, if given)
   std::filesystem::path saveAllEngines;  // every candidate's engine
+  // cuda: the timing cache every trial reads and extends ("" : one in the work folder, so the
+  // routes of this run share their timed layers).
+  std::filesystem::path timingCacheFile;
 
   // How this run goes: may differ between a run and its continuation.
   std::filesystem::path cache;  // the result store ("" : a temporary one, not resumable)

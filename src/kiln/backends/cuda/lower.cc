@@ -22,6 +22,17 @@ const knobs::Knob kGraphs = knobs::declareKnob({
     .backends = {"cuda"},
 });
 
+const knobs::Knob kTimingCache = knobs::declareKnob({
+    .name = "cuda.timing_cache",
+    .kind = knobs::KnobKind::kBool,
+    .defaultValue = "on",
+    .help = "layers whose choice is timed (cuda.gemm.algo=timed, cuda.conv.algo=timed) look the "
+            "choice up in the timing cache first (the process's, and --timingCacheFile's when "
+            "given) and record what they time there, so identical layers time once; off times "
+            "every such layer afresh and records nothing",
+    .backends = {"cuda"},
+});
+
 const knobs::Knob kMemoryPlanner = knobs::declareKnob({
     .name = "cuda.memory.planner",
     .kind = knobs::KnobKind::kEnum,
@@ -137,6 +148,7 @@ Result<Plan> lowerToCuda(std::shared_ptr<const ir::Graph> graph, const knobs::Ro
   Plan plan;
   plan.graph_ = graph;
   plan.graphsAllowed_ = route.value(kGraphs) == "on";
+  plan.timingCacheAllowed_ = route.value(kTimingCache) == "on";
   for (const auto& value : graph->values()) {
     if (!value->hasType) {
       return internalError("value '{}' has no type: lower only shape-inferred graphs", value->name);

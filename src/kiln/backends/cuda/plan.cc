@@ -10,6 +10,7 @@
 #include "kiln/backends/cuda/codegen/fused_codegen.h"
 #include "kiln/backends/cuda/codegen/nvrtc.h"
 #include "kiln/backends/cuda/plan.h"
+#include "kiln/base/version.h"
 
 namespace kiln::cuda {
 
@@ -19,6 +20,32 @@ Result<std::byte*> PrepareContext::allocate(int64_t bytes, std::string_view what
   keep->push_back(std::move(memory));
   return data;
 }
+
+std::optional<nlohmann::json> PrepareContext::cachedChoice(const std::string& key) const {
+  return timingCache ? timingCache->find(timingDevice, key) : std::nullopt;
+}
+
+void PrepareContext::recordChoice(const std::string& key, nlohmann::json choice) {
+  ++timingMisses;
+  if (timingCache) timingCache->put(timingDevice, key, std::move(choice));
+}
+
+void PrepareContext::forgetChoice(const std::string& key) {
+  if (timingCache) timingCache->erase(timingDevice, key);
+}
+
+namespace {
+
+// What a timed choice depends on besides the layer: the GPU, the driver and libraries that
+// offered and ran the candidates, and kiln (which filters and orders them).
+std::string timingDeviceKey(const DeviceInfo& info) {
+  return fmt::format("{} sm_{}{} {} SMs, driver {}, runtime {}, cuDNN {}, cuBLASLt {}, kiln {}",
+                     info.name, info.computeMajor, info.computeMinor, info.multiprocessors,
+                     info.driverVersion, info.runtimeVersion, info.cudnnVersion,
+                     info.cublasLtVersion, kKilnVersion);
+}
+
+}  // namespace
 
 struct Plan::Device {
   DeviceInfo info;
@@ -35,6 +62,8 @@ struct Plan::Device {
   cudaLibrary_t generated = nullptr;  // the steps' generated kernels
   int generatedKernels = 0;
   double codegenMilliseconds = 0;
+  int timingHits = 0;
+  int timingMisses = 0;
 
   Context context() const {
     Context c;
@@ -67,6 +96,8 @@ int64_t Plan::workspaceBytes() const { return device_ ? device_->workspace.bytes
 bool Plan::usesGraph() const { return device_ && device_->graphExec != nullptr; }
 std::string Plan::graphNote() const { return device_ ? device_->graphNote : ""; }
 int Plan::generatedKernels() const { return device_ ? device_->generatedKernels : 0; }
+int Plan::timingCacheHits() const { return device_ ? device_->timingHits : 0; }
+int Plan::timingCacheMisses() const { return device_ ? device_->timingMisses : 0; }
 double Plan::codegenMilliseconds() const { return device_ ? device_->codegenMilliseconds : 0; }
 
 // Compiles the steps' generated kernels as one program (NVRTC's fixed cost is paid once a plan,
@@ -121,6 +152,12 @@ Status Plan::initialize() {
   prepare.context = device->context();
   prepare.device = &device->info;
   prepare.keep = &device->kept;
+  std::shared_ptr<TimingCache> timingCache;
+  if (timingCacheAllowed_) {
+    KILN_ASSIGN_OR_RETURN(timingCache, TimingCache::forFile(timingCacheFile_));
+    prepare.timingCache = timingCache.get();
+    prepare.timingDevice = timingDeviceKey(device->info);
+  }
   KILN_RETURN_IF_ERROR(compileGenerated(*device));
   int64_t workspace = 0;
   bool capturable = graphsAllowed_;
@@ -129,6 +166,9 @@ Status Plan::initialize() {
     workspace = std::max(workspace, step->workspaceBytes());
     capturable = capturable && step->capturable();
   }
+  device->timingHits = prepare.timingHits;
+  device->timingMisses = prepare.timingMisses;
+  if (timingCache) KILN_RETURN_IF_ERROR(timingCache->save());
   KILN_ASSIGN_OR_RETURN(device->workspace, DeviceMemory::allocate(workspace, "the workspace"));
   KILN_CUDA_CHECK(cudaStreamSynchronize(device->stream.get()));
   device_ = std::move(device);

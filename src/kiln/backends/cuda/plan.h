@@ -9,14 +9,18 @@
 // choice, descriptors).
 #pragma once
 
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "kiln/backends/cuda/runtime.h"
 #include "kiln/base/status.h"
+#include "kiln/engine/timing_cache.h"
 #include "kiln/ir/graph.h"
 #include "kiln/knobs/route.h"
 
@@ -61,9 +65,21 @@ struct PrepareContext {
   Context context;
   const DeviceInfo* device = nullptr;
   std::vector<DeviceMemory>* keep = nullptr;  // owned by the plan, freed with it
+  // Where timed choices are looked up and recorded (null: cuda.timing_cache=off), under
+  // timingDevice (the GPU, driver, library and kiln versions); what happened, for the report.
+  TimingCache* timingCache = nullptr;
+  std::string timingDevice;
+  int timingHits = 0;    // timed choices found in the cache and rebuilt
+  int timingMisses = 0;  // timed here (then recorded)
 
   // Device memory that lives as long as the plan.
   Result<std::byte*> allocate(int64_t bytes, std::string_view what);
+  // The cached record for `key` (counted as a hit by the caller once rebuilt), if any.
+  std::optional<nlohmann::json> cachedChoice(const std::string& key) const;
+  // Records what timing chose for `key` (and counts a miss).
+  void recordChoice(const std::string& key, nlohmann::json choice);
+  // Drops a record that could not be rebuilt.
+  void forgetChoice(const std::string& key);
 };
 
 // One node's kernel. The choices it records (tactic, layout, precision) are what `kiln inspect`
@@ -150,6 +166,11 @@ class Plan {
   // compile them when the plan initialized (0 when found compiled by an earlier plan).
   int generatedKernels() const;
   double codegenMilliseconds() const;
+  // The timing cache this plan prepares with: its file ("" for the process's in-memory one; set
+  // before initialize) and, after initialize, the timed choices it found there and timed itself.
+  void setTimingCacheFile(std::filesystem::path path) { timingCacheFile_ = std::move(path); }
+  int timingCacheHits() const;
+  int timingCacheMisses() const;
   const ir::Graph& graph() const { return *graph_; }
 
  private:
@@ -172,6 +193,8 @@ class Plan {
   int64_t arenaBytes_ = 0;
   int64_t weightBytes_ = 0;
   bool graphsAllowed_ = true;
+  bool timingCacheAllowed_ = true;  // cuda.timing_cache
+  std::filesystem::path timingCacheFile_;
   std::unique_ptr<Device> device_;
 };
 

@@ -40,6 +40,7 @@
 // engines for them were measured at 10 to 30 times the memory-bound time on the H200
 // (EfficientNet-B0, batch 8, fp16: 1.12 ms of the model's 2.93 in 16 depthwise layers).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -818,6 +819,10 @@ struct CudnnPlan {
   CudnnDescriptor plan;
   int64_t workspace = 0;
   int64_t engine = -1;  // cuDNN's global engine index
+  // Where the config came from: heuristics mode A (0) or its fallback list (1), and its position
+  // in that list (what the timing cache records, with the engine to check it against).
+  int heuristics = 0;
+  int64_t configIndex = -1;
 };
 
 // Which engines a step may run.
@@ -895,6 +900,8 @@ Result<std::vector<CudnnDescriptor>> engineConfigs(const CudnnGraph& graph,
   return configs;
 }
 
+constexpr cudnnBackendHeurMode_t kHeuristicModes[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
+
 // An execution plan for `config` if its engine keeps the step's accuracy (keepsAccuracy),
 // finalizes on this device and needs a workspace within kiln's bound; nullopt otherwise.
 Result<std::optional<CudnnPlan>> planFor(CudnnDescriptor config, cudnnHandle_t handle,
@@ -937,21 +944,70 @@ Result<std::vector<CudnnPlan>> findPlans(const CudnnGraph& graph, cudnnHandle_t 
                                          size_t limit, const EngineFilter& filter,
                                          std::string& why) {
   std::vector<CudnnPlan> plans;
-  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-    auto configs = engineConfigs(graph, mode);
+  for (int heuristics = 0; heuristics < 2; ++heuristics) {
+    auto configs = engineConfigs(graph, kHeuristicModes[heuristics]);
     if (!configs.isOk()) {
       why += configs.status().message() + "; ";
       continue;
     }
-    for (CudnnDescriptor& config : *configs) {
+    for (size_t i = 0; i < configs->size(); ++i) {
       KILN_ASSIGN_OR_RETURN(std::optional<CudnnPlan> plan,
-                            planFor(std::move(config), handle, filter));
-      if (plan) plans.push_back(std::move(*plan));
+                            planFor(std::move((*configs)[i]), handle, filter));
+      if (plan) {
+        plan->heuristics = heuristics;
+        plan->configIndex = static_cast<int64_t>(i);
+        plans.push_back(std::move(*plan));
+      }
       if (plans.size() >= limit) return plans;
     }
     if (!plans.empty()) return plans;
   }
   return plans;
+}
+
+// The plan a timing cache record names ({"heuristics", "config", "engine"}), if the same
+// heuristics list still has a config of that engine there and it still plans; nullopt otherwise
+// (the record is stale: the layer is timed again).
+Result<std::optional<CudnnPlan>> recordedPlan(const CudnnGraph& graph, cudnnHandle_t handle,
+                                              const EngineFilter& filter,
+                                              const nlohmann::json& record) {
+  const int heuristics = record.value("heuristics", -1);
+  const int64_t index = record.value("config", int64_t{-1});
+  if (heuristics < 0 || heuristics > 1 || index < 0) return std::optional<CudnnPlan>();
+  auto configs = engineConfigs(graph, kHeuristicModes[heuristics]);
+  if (!configs.isOk() || index >= static_cast<int64_t>(configs->size())) {
+    return std::optional<CudnnPlan>();
+  }
+  KILN_ASSIGN_OR_RETURN(std::optional<CudnnPlan> plan,
+                        planFor(std::move((*configs)[static_cast<size_t>(index)]), handle, filter));
+  if (!plan || plan->engine != record.value("engine", int64_t{-2})) {
+    return std::optional<CudnnPlan>();
+  }
+  plan->heuristics = heuristics;
+  plan->configIndex = index;
+  return plan;
+}
+
+// The timing cache's key for timing `problem`'s plans with `fusion` under `filter`: everything
+// the operation graph and the candidate list depend on.
+std::string timingKey(const ConvProblem& problem, const Fusion& fusion,
+                      const EngineFilter& filter) {
+  const ConvGeometry& g = problem.geometry;
+  auto list = [](const int64_t* values, int count) {
+    return fmt::format("{}", fmt::join(values, values + count, ","));
+  };
+  return fmt::format(
+      "cudnn.conv{} type={} rank={} n={} c={} m={} group={} in={} out={} kernel={} stride={} "
+      "dilation={} pad={} x={} w={} y={} bias={} residual={} act={}:{}:{} fuse={}{}{} "
+      "tensor_cores={} deterministic={}",
+      problem.transpose ? "transpose" : "", static_cast<int>(problem.type), problem.spatialRank,
+      g.batch, g.channels, g.outChannels, g.group, list(g.in, 3), list(g.out, 3), list(g.kernel, 3),
+      list(g.stride, 3), list(g.dilation, 3), list(g.padBegin, 3), list(g.xStrides, 5),
+      list(g.wStrides, 5), list(g.yStrides, 5), problem.hasBias, problem.hasResidual,
+      static_cast<int>(problem.epilogue.activation), problem.epilogue.alpha, problem.epilogue.beta,
+      fusion.bias ? "b" : "-", fusion.residual ? "r" : "-",
+      fusion.activation ? fmt::format("a{}", static_cast<int>(fusion.activation->mode)) : "-",
+      filter.tensorCores, filter.deterministic);
 }
 
 Result<CudnnDescriptor> variantPack(const std::vector<int64_t>& uids, std::vector<void*> pointers,
@@ -1004,9 +1060,25 @@ class ConvStep final : public Step {
         reasons += fmt::format("{}; ", graph.status().message());
         continue;
       }
-      KILN_ASSIGN_OR_RETURN(
-          std::vector<CudnnPlan> plans,
-          findPlans(*graph, handle, choice_.timed ? kMaxTimedPlans : 1, choice_.engines, reasons));
+      // A timed choice: the timing cache's record of it when there is one that still plans.
+      const std::string key = choice_.timed ? timingKey(problem_, fusion, choice_.engines) : "";
+      std::vector<CudnnPlan> plans;
+      bool cached = false;
+      if (auto record = choice_.timed ? prepare.cachedChoice(key) : std::nullopt) {
+        KILN_ASSIGN_OR_RETURN(std::optional<CudnnPlan> plan,
+                              recordedPlan(*graph, handle, choice_.engines, *record));
+        if (plan) {
+          plans.push_back(std::move(*plan));
+          cached = true;
+          ++prepare.timingHits;
+        } else {
+          prepare.forgetChoice(key);
+        }
+      }
+      if (!cached) {
+        KILN_ASSIGN_OR_RETURN(plans, findPlans(*graph, handle, choice_.timed ? kMaxTimedPlans : 1,
+                                               choice_.engines, reasons));
+      }
       if (plans.empty()) {
         reasons += fmt::format(
             "no accurate enough engine for {} fused op(s); ",
@@ -1018,6 +1090,10 @@ class ConvStep final : public Step {
       size_t best = 0;
       if (plans.size() > 1) {
         KILN_ASSIGN_OR_RETURN(best, fastest(plans, prepare));
+        prepare.recordChoice(key, {{"heuristics", plans[best].heuristics},
+                                   {"config", plans[best].configIndex},
+                                   {"engine", plans[best].engine},
+                                   {"of", plans.size()}});
       }
       plan_ = std::move(plans[best]);
       tactic = tacticFor(graph_.fusion);

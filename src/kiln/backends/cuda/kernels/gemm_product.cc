@@ -29,6 +29,13 @@ namespace {
 constexpr uint64_t kMaxLtWorkspace = uint64_t{32} << 20;
 constexpr int kTimedCandidates = 8;
 constexpr int kTimedRuns = 3;
+
+// An algorithm's opaque bytes as hex: what the timing cache checks a recorded choice against.
+std::string algoHex(const cublasLtMatmulAlgo_t& algo) {
+  std::string hex;
+  for (uint64_t word : algo.data) hex += fmt::format("{:016x}", word);
+  return hex;
+}
 constexpr int64_t kAlignment = 256;  // arena, weights and workspace ranges
 
 int64_t alignUp(int64_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
@@ -329,6 +336,7 @@ Status MatrixProduct::prepareLt(PrepareContext& prepare, const void* a, const vo
   // epilogue kernel after it.
   std::string why;
   std::vector<cublasLtMatmulHeuristicResult_t> found;
+  cublasLtEpilogue_t ltEpilogue = CUBLASLT_EPILOGUE_DEFAULT;
   for (int tier = 0; tier < 2 && found.empty(); ++tier) {
     if (tier == 1) {
       if (biasPlace_ == BiasPlace::kEpilogueKernel && !fuseActivation_) break;
@@ -347,6 +355,7 @@ Status MatrixProduct::prepareLt(PrepareContext& prepare, const void* a, const vo
     }
     lt.alignC =
         biasPlace_ == BiasPlace::kLtMatrix ? alignmentOf(bias, 0, s.outputType, 1) : lt.alignD;
+    ltEpilogue = mode;
     const Status built = lt.build(s, options_.tf32, mode, vectorBias ? bias : nullptr);
     if (!built.isOk()) {
       why += built.message() + "; ";
@@ -368,7 +377,33 @@ Status MatrixProduct::prepareLt(PrepareContext& prepare, const void* a, const vo
   }
 
   size_t best = 0;
-  if (found.size() > 1) {
+  // A timed choice: the timing cache's record of the candidate that won, when the heuristics
+  // still offer that algorithm at that position (its bytes equal), is taken without timing.
+  // The timing cache's key: everything the descriptors and the candidate list depend on.
+  const std::string key =
+      found.size() <= 1
+          ? ""
+          : fmt::format(
+                "cublaslt m={} n={} k={} batch={} trans={}{} pitch={},{},{} stride={},{},{} "
+                "types={}->{} tf32={} epilogue={} bias={} align={},{},{},{} candidates={}",
+                s.m, s.n, s.k, s.batch, s.transA ? "t" : "n", s.transB ? "t" : "n", s.pitchA(),
+                s.pitchB(), s.pitchC(), s.strideA, s.strideB, s.strideC, nameOf(s.inputType),
+                nameOf(s.outputType), options_.tf32, static_cast<int>(ltEpilogue),
+                static_cast<int>(biasPlace_), lt.alignX, lt.alignY, lt.alignC, lt.alignD, count);
+  std::optional<size_t> recorded;
+  if (auto record = found.size() > 1 ? prepare.cachedChoice(key) : std::nullopt) {
+    const int64_t index = record->value("index", int64_t{-1});
+    if (index >= 0 && index < static_cast<int64_t>(found.size()) &&
+        record->value("algo", std::string()) == algoHex(found[static_cast<size_t>(index)].algo)) {
+      recorded = static_cast<size_t>(index);
+      ++prepare.timingHits;
+    } else {
+      prepare.forgetChoice(key);
+    }
+  }
+  if (recorded) {
+    best = *recorded;
+  } else if (found.size() > 1) {
     // Time each candidate on the step's buffers (scratch where a buffer is not known yet): one
     // untimed run, then kTimedRuns; a candidate that fails to run is passed over.
     std::vector<DeviceMemory> scratch;
@@ -437,6 +472,8 @@ Status MatrixProduct::prepareLt(PrepareContext& prepare, const void* a, const vo
     }
     // The scratch and workspace are freed on return: the runs must have finished with them.
     KILN_CUDA_CHECK(cudaStreamSynchronize(context.stream));
+    prepare.recordChoice(
+        key, {{"index", best}, {"algo", algoHex(found[best].algo)}, {"of", found.size()}});
   }
   lt.algo = found[best].algo;
   workspaceBytes_ = alignUp(static_cast<int64_t>(found[best].workspaceSize));
@@ -444,9 +481,12 @@ Status MatrixProduct::prepareLt(PrepareContext& prepare, const void* a, const vo
   size_t written = 0;
   cublasLtMatmulAlgoConfigGetAttribute(&lt.algo, CUBLASLT_ALGO_CONFIG_ID, &algoId, sizeof(algoId),
                                        &written);
-  detail_ =
-      fmt::format("cuBLASLt algorithm {} ({} of {} candidate(s){}), workspace {} bytes", algoId,
-                  best + 1, found.size(), found.size() > 1 ? ", timed" : "", workspaceBytes_);
+  detail_ = fmt::format("cuBLASLt algorithm {} ({} of {} candidate(s){}), workspace {} bytes",
+                        algoId, best + 1, found.size(),
+                        found.size() <= 1 ? ""
+                        : recorded        ? ", timed before: from the timing cache"
+                                          : ", timed",
+                        workspaceBytes_);
   return Status::ok();
 }
 
