@@ -609,7 +609,8 @@ TEST_F(KilnTune, TunesOnTheGpuOrSaysWhyNot) {
   EXPECT_EQ(limit.exitCode, 1);
   EXPECT_NE(limit.err.find("--trial-memory-limit cannot apply"), std::string::npos) << limit.err;
   Outcome outcome = kiln(fmt::format(
-      "tune {} --backend cuda --tune '-cuda.graphs=[on|off] -cuda.precision=[fp32|bf16]' "
+      "tune {} --backend cuda --tune '-cuda.graphs=[on|off] -cuda.precision=[fp32|bf16] "
+      "-cuda.conv.algo=[heuristic|timed]' "
       "--accuracy-threshold 1e-7 --cache tune.db --report report.md {}",
       sample(), kQuickTiming));
 #if KILN_HAVE_CUDA
@@ -619,9 +620,14 @@ TEST_F(KilnTune, TunesOnTheGpuOrSaysWhyNot) {
   ASSERT_EQ(outcome.exitCode, 0) << outcome.out << outcome.err;
   const auto trials = recorded(dir_ / "tune.db");
   const auto statuses = statusesByRoute(trials);
-  ASSERT_EQ(statuses.size(), 3u) << outcome.out;
+  ASSERT_EQ(statuses.size(), 4u) << outcome.out;
   EXPECT_EQ(statuses.at(""), "ok");
   EXPECT_EQ(statuses.at("-cuda.graphs=off"), "ok");
+  EXPECT_EQ(statuses.at("-cuda.conv.algo=timed"), "ok");
+  // The trials share the run's timing cache, in its work folder.
+  const json timing = json::parse(kiln::readFileBytes(dir_ / "tune.db.d" / "timing.cache").value());
+  EXPECT_EQ(timing.at("format"), "kiln timing cache");
+  EXPECT_EQ(timing.at("devices").size(), 1u);
   EXPECT_EQ(statuses.at("-cuda.precision=bf16"), "accuracy-fail");
   for (const TrialRecord& t : trials) {
     EXPECT_GT(t.buildMs, 0) << t.route;
