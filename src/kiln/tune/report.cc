@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -14,6 +15,19 @@ namespace kiln::tune {
 using json = nlohmann::json;
 
 namespace {
+
+// A route expression as one line of its tokens: a --tune-file's comments and line breaks left
+// out, so that it reads as one Markdown code span.
+std::string expressionTokens(const std::string& expression) {
+  std::string tokens;
+  std::istringstream lines(expression);
+  for (std::string line; std::getline(lines, line);) {
+    line = line.substr(0, line.find('#'));
+    std::istringstream words(line);
+    for (std::string word; words >> word;) tokens += (tokens.empty() ? "" : " ") + word;
+  }
+  return tokens;
+}
 
 std::string shown(const std::string& route) { return route.empty() ? "(default)" : route; }
 
@@ -122,7 +136,8 @@ std::string markdownReport(const ReportInput& input) {
   std::string md = "# kiln tuning report\n\n";
   md += fmt::format("- model: `{}` ({})\n", header("model_path"), header("model_hash"));
   if (!o.shapes.empty()) md += fmt::format("- shapes: `{}`\n", o.shapes);
-  md += fmt::format("- search: {} over `{}`\n", searchModeName(o.search), o.expression);
+  md += fmt::format("- search: {} over `{}`\n", searchModeName(o.search),
+                    expressionTokens(o.expression));
   md += fmt::format("- default route: `{}`\n", shown(d.baseline));
   md += fmt::format("- accuracy: {} per output, threshold {}", metricName(o.accuracy.metric),
                     o.accuracy.threshold);
