@@ -1,6 +1,6 @@
-// Effects of the CUDA backend's plan-level knobs: CUDA graphs, memory planning, aliases, in-place
-// kernels and the host fallback. Lowering needs no GPU, so the differences in the plans show
-// anywhere; outputs are compared where a GPU is present.
+// Effects of the CUDA backend's plan-level knobs: CUDA graphs, the timing cache, memory planning,
+// aliases, in-place kernels and the host fallback. Lowering needs no GPU, so the differences in the
+// plans show anywhere; outputs are compared where a GPU is present.
 #if KILN_HAVE_CUDA
 #include <gtest/gtest.h>
 
@@ -31,6 +31,38 @@ KILN_KNOB_EFFECT({
         [](const BuildSnapshot& base, const BuildSnapshot& changed) {
           EXPECT_EQ(base.execution, "graph");
           EXPECT_EQ(changed.execution, "steps");
+        },
+});
+
+// x [2, 8, 12, 12] -> Conv 3x3 -> Conv 3x3 (pads 1, other weights): two layers of one problem.
+ir::Graph twinConvs() {
+  GraphSketch g;
+  auto first = g.node("Conv", {g.input("x", {2, 8, 12, 12}), g.weight("w1", {8, 8, 3, 3})},
+                      {{"pads", ints({1, 1, 1, 1})}}, "conv1");
+  g.output(g.node("Conv", {first, g.weight("w2", {8, 8, 3, 3})}, {{"pads", ints({1, 1, 1, 1})}},
+                  "conv2"));
+  return g.take();
+}
+
+KILN_KNOB_EFFECT({
+    .knob = "cuda.timing_cache",
+    .value = "off",
+    .shows = "timed convolutions are all timed afresh, none taken from the timing cache (with it, "
+             "the second of two identical layers takes the first's choice)",
+    .backend = "cuda",
+    .graph = twinConvs,
+    .baseRoute = "-cuda.conv.algo=timed",
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.timingCache, "on");
+          EXPECT_EQ(changed.timingCache, "off");
+          if (base.outputs.empty()) return;  // no GPU: nothing was prepared
+          // With the cache, at most the first layer is timed (none, if an earlier build in this
+          // process timed the problem); without it, both are.
+          EXPECT_GE(base.timingHits, 1);
+          EXPECT_LE(base.timingMisses, 1);
+          EXPECT_EQ(changed.timingHits, 0);
+          EXPECT_EQ(changed.timingMisses, 2);
         },
 });
 

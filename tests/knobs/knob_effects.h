@@ -36,9 +36,13 @@ struct BuildSnapshot {
   std::vector<Layer> layers;
   int64_t arenaBytes = 0;
   int threads = 0;
-  int spinMicros = 0;      // cpu: how long the plan's threads spin before they sleep
-  std::string workerCpus;  // cpu: the CPUs the pool's workers are bound to ("1,0"), "" if none
-  std::string execution;   // cuda: "graph" (CUDA graph replay allowed) or "steps"
+  int spinMicros = 0;       // cpu: how long the plan's threads spin before they sleep
+  std::string workerCpus;   // cpu: the CPUs the pool's workers are bound to ("1,0"), "" if none
+  std::string execution;    // cuda: "graph" (CUDA graph replay allowed) or "steps"
+  std::string timingCache;  // cuda: "on" (timed choices go through the timing cache) or "off"
+  // cuda, on a GPU: timed layers whose choice came from the timing cache, and those timed.
+  int timingHits = 0;
+  int timingMisses = 0;
   std::vector<ir::Tensor> outputs;  // empty for cuda builds where no GPU is present
 
   // Layers of op `op` (exact, domain-prefixed for kiln's ops).

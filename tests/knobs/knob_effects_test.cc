@@ -53,6 +53,7 @@ std::string BuildSnapshot::summary() const {
   std::string text = "threads " + std::to_string(threads) + ", spin " + std::to_string(spinMicros) +
                      " us, arena " + std::to_string(arenaBytes) + " bytes" +
                      (execution.empty() ? "" : ", execution " + execution) +
+                     (timingCache.empty() ? "" : ", timing cache " + timingCache) +
                      (workerCpus.empty() ? "" : ", workers on cpus " + workerCpus) + "\n";
   for (const Layer& l : layers) {
     text += "  " + l.name + ": " + l.op + " [" + l.tactic + ", " + l.layout + ", " + l.precision +
@@ -99,8 +100,11 @@ Result<BuildSnapshot> snapshot(const KnobEffect& effect, const std::string& rout
     }
     shot.arenaBytes = build.plan.arenaBytes();
     shot.execution = build.plan.graphsAllowed() ? "graph" : "steps";
+    shot.timingCache = build.plan.timingCacheAllowed() ? "on" : "off";
     if (cuda::deviceAvailable()) {
       KILN_ASSIGN_OR_RETURN(shot.outputs, build.plan.run(inputs));
+      shot.timingHits = build.plan.timingCacheHits();
+      shot.timingMisses = build.plan.timingCacheMisses();
     }
     return shot;
 #else

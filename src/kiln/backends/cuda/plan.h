@@ -169,6 +169,7 @@ class Plan {
   // The timing cache this plan prepares with: its file ("" for the process's in-memory one; set
   // before initialize) and, after initialize, the timed choices it found there and timed itself.
   void setTimingCacheFile(std::filesystem::path path) { timingCacheFile_ = std::move(path); }
+  bool timingCacheAllowed() const { return timingCacheAllowed_; }  // cuda.timing_cache
   int timingCacheHits() const;
   int timingCacheMisses() const;
   const ir::Graph& graph() const { return *graph_; }
