@@ -13,6 +13,9 @@
 #include <numeric>
 #include <optional>
 
+#if KILN_HAVE_CUDA
+#include "kiln/backends/cuda/timing_loop.h"
+#endif
 #include "kiln/base/file.h"
 #include "kiln/base/statistics.h"
 #include "kiln/cli/commands.h"
@@ -129,23 +132,14 @@ void printLatency(const std::vector<double>& latencies, double wallSeconds, cons
 // count follow trtexec's flags. --dumpProfile runs step by step, an event pair per step.
 Status measureCuda(cuda::Plan& plan, const std::vector<ir::Tensor>& inputs,
                    const RunOptions& options) {
-  using Clock = std::chrono::steady_clock;
-  cuda::TimingOptions batch;
-  batch.warmUpRuns = 0;
-  batch.runs = 10;
-  batch.includeCopies = options.dataTransfers;
-  const auto warmUpEnd = Clock::now() + std::chrono::duration<double, std::milli>(options.warmUpMs);
-  do {
-    KILN_RETURN_IF_ERROR(plan.time(inputs, batch).status());
-  } while (Clock::now() < warmUpEnd);
-  std::vector<double> latencies;
-  const auto start = Clock::now();
-  while (static_cast<int>(latencies.size()) < options.iterations ||
-         Clock::now() - start < std::chrono::duration<double>(options.durationS)) {
-    KILN_ASSIGN_OR_RETURN(std::vector<double> ms, plan.time(inputs, batch));
-    latencies.insert(latencies.end(), ms.begin(), ms.end());
-  }
-  const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+  cuda::TimingLoop loop;
+  loop.batch.includeCopies = options.dataTransfers;
+  loop.warmUpMs = options.warmUpMs;
+  loop.minRuns = options.iterations;
+  loop.minSeconds = options.durationS;
+  KILN_ASSIGN_OR_RETURN(cuda::TimedRuns timed, cuda::timeRuns(plan, inputs, loop));
+  const std::vector<double>& latencies = timed.milliseconds;
+  const double wall = timed.wallSeconds;
   std::printf("execution: %s\n", plan.usesGraph() ? "CUDA graph replay" : plan.graphNote().c_str());
   printLatency(latencies, wall,
                options.dataTransfers ? "GPU time with host copies" : "GPU compute time");

@@ -22,6 +22,7 @@
 #include "kiln/onnx/import.h"
 #if KILN_HAVE_CUDA
 #include "kiln/backends/cuda/plan.h"
+#include "kiln/backends/cuda/timing_loop.h"
 #endif
 
 namespace kiln::tune {
@@ -162,19 +163,13 @@ constexpr int kCudaBatch = 10;
 
 Result<std::vector<double>> timeCudaRuns(cuda::Plan& plan, const std::vector<ir::Tensor>& inputs,
                                          const TimingSettings& timing) {
-  const cuda::TimingOptions batch{.warmUpRuns = 0, .runs = kCudaBatch, .includeCopies = false};
-  const auto warmUpEnd = Clock::now() + std::chrono::duration<double, std::milli>(timing.warmUpMs);
-  do {
-    KILN_RETURN_IF_ERROR(plan.time(inputs, batch).status());
-  } while (Clock::now() < warmUpEnd);
-  std::vector<double> samples;
-  const auto start = Clock::now();
-  while (static_cast<int>(samples.size()) < timing.minIterations ||
-         Clock::now() - start < std::chrono::duration<double>(timing.minSeconds)) {
-    KILN_ASSIGN_OR_RETURN(std::vector<double> ms, plan.time(inputs, batch));
-    samples.insert(samples.end(), ms.begin(), ms.end());
-  }
-  return samples;
+  cuda::TimingLoop loop;
+  loop.batch.runs = kCudaBatch;
+  loop.warmUpMs = timing.warmUpMs;
+  loop.minRuns = timing.minIterations;
+  loop.minSeconds = timing.minSeconds;
+  KILN_ASSIGN_OR_RETURN(cuda::TimedRuns timed, cuda::timeRuns(plan, inputs, loop));
+  return std::move(timed.milliseconds);
 }
 
 // A CUDA trial: no engine file (a plan lives in the process that built it), so the route's plan
