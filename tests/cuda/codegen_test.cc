@@ -54,7 +54,7 @@ Generated generatedFor(const CudaOpCase& c) {
   for (const auto& step : build->plan.steps()) {
     if (step->node->opType != c.opType) continue;
     EXPECT_EQ(step->tactic, "kiln.fused_eltwise.nvrtc");
-    return {step->generatedCode(), cuda::eltwiseStepDetail(*step)};
+    return {step->generatedCode(), step->detail()};
   }
   ADD_FAILURE() << "no " << c.opType << " step";
   return {};
@@ -152,6 +152,36 @@ TEST(CudaCodegen, GeneratedSourcesCompileForHopper) {
   const int compilations = cuda::nvrtcCompilations();
   ASSERT_TRUE(cuda::compileToCubin(program, "codegen_test.cu", 9, 0).isOk());
   EXPECT_EQ(cuda::nvrtcCompilations(), compilations);
+}
+
+// cuda.eltwise.codegen.fast_math: the approximate functions replace the exact ones in the
+// generated source (and nowhere else), the program still compiles for sm_90, and on a GPU the
+// results stay within the approximations' error.
+TEST(CudaCodegen, FastMathUsesTheApproximationsAndStaysClose) {
+  KILN_REQUIRE_NVRTC();
+  // Every instruction feeds the output: x1 / exp(tanh(sigmoid(x0))) through its reciprocal and
+  // GeluTanh, plus log of the exponential.
+  const std::vector<std::string> program = {"Sigmoid x0",    "Tanh t0",     "Exp t1", "Div t2 x1",
+                                            "Reciprocal t3", "GeluTanh t4", "Log t2", "Add t5 t6"};
+  const std::vector<OpInput> inputs = {runtime(floats({64, 128}, 32)),
+                                       runtime(floats({64, 128}, 33))};
+  const Generated exact = generatedFor(fusedCase(program, inputs));
+  CudaOpCase fast = fusedCase(program, inputs, "-cuda.eltwise.codegen.fast_math=on");
+  const Generated approximate = generatedFor(fast);
+  for (const char* function : {"kiln_sigmoid(", "kiln_tanh(", "kiln_exp(", "kiln_div(",
+                               "kiln_reciprocal(", "kiln_gelu_tanh(", "kiln_log("}) {
+    EXPECT_TRUE(contains(exact.code, function)) << function;
+    EXPECT_FALSE(contains(approximate.code, function)) << function;
+    EXPECT_TRUE(contains(approximate.code, std::string("kiln_fast_") + (function + 5))) << function;
+  }
+  EXPECT_TRUE(contains(approximate.detail, ", fast math")) << approximate.detail;
+  EXPECT_FALSE(contains(exact.detail, "fast math")) << exact.detail;
+  auto cubin =
+      cuda::compileToCubin(cuda::codegenPreamble() + approximate.code, "fast_math.cu", 9, 0);
+  ASSERT_TRUE(cubin.isOk()) << cubin.status().toString();
+  fast.rtol = 2e-3;
+  fast.atol = 2e-3;
+  expectCudaMatchesReference(fast);
 }
 
 TEST(CudaCodegen, CompileErrorsNameTheProgramAndCarryTheLog) {

@@ -129,6 +129,40 @@ TEST(CudaNorm, SoftmaxRowKernelsByWidthAndKnob) {
   }
 }
 
+// Every launch shape of the row kernels (cuda.softmax.warp_rows, block_threads) and the one-read
+// (online) maximum and sum, on rows that hold the values the sums must treat as the reference
+// does: a row all -inf (NaN out), a NaN among numbers (NaN row), +inf (NaN row), -inf before and
+// among numbers (zeros there), and values far apart (the rescaling when the maximum grows).
+TEST(CudaNorm, SoftmaxLaunchShapesAndOnlineSumsMatchTheReference) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t width : {5, 100, 1500}) {
+    Tensor x = uniform({7, width}, 9, -60.0f, 60.0f);
+    auto row = [&](int64_t r) { return x.mutableData<float>().subspan(r * width, width); };
+    for (float& v : row(0)) v = -inf;
+    row(1)[width / 2] = nan;
+    row(2)[width - 1] = inf;
+    row(3)[0] = -inf;
+    row(3)[width - 1] = -inf;
+    for (int64_t j = 0; j < width; ++j) row(4)[j] = static_cast<float>(j) * 3.0f;  // rising
+    for (const char* op : {"Softmax", "LogSoftmax"}) {
+      for (const char* kernel : {"warp", "block"}) {
+        for (const char* shape : {"-cuda.softmax.warp_rows=2", "-cuda.softmax.warp_rows=8",
+                                  "-cuda.softmax.block_threads=128", ""}) {
+          for (const char* online : {"on", "off"}) {
+            const std::string route = std::string("-cuda.softmax.row_kernel=") + kernel + " " +
+                                      shape + " -cuda.softmax.online=" + online;
+            SCOPED_TRACE(std::string(op) + " width " + std::to_string(width) + " " + route);
+            CudaOpCase c = normCase(op, {runtime(x)}, {}, std::string("kiln.softmax.") + kernel);
+            c.route = route;
+            expectCudaMatchesReference(c);
+          }
+        }
+      }
+    }
+  }
+}
+
 // Values far apart: without the maximum subtracted, exp would overflow float.
 TEST(CudaNorm, SoftmaxOfLargeValuesSubtractsTheMaximum) {
   const Tensor x = uniform({4, 50}, 8, -200.0f, 200.0f);

@@ -6,6 +6,7 @@
 #include "graph_sketch.h"
 #include "kiln/ir/op_schema.h"
 #include "knob_effects.h"
+#include "planner_graphs.h"
 
 namespace kiln::testing {
 namespace {
@@ -34,26 +35,12 @@ KILN_KNOB_EFFECT({
         },
 });
 
-// x [16] -> Pad to [64] -> Slice to [48]: values of 64, 256 and 192 bytes; x lives with the
-// padded value, the padded value with the slice. Largest first: the padded value at 0, then the
-// slice and x both at 256 (they never live together): 448 bytes. In order of definition: x at
-// 0, the padded value at 64, and the slice finds no gap below it, so goes at 320: 512 bytes.
-ir::Graph padThenSlice() {
-  GraphSketch g;
-  auto pads = g.constant("pads", ir::Tensor::fromVector<int64_t>(ir::Shape{2}, {16, 32}));
-  auto padded = g.node("Pad", {g.input("x", {16}), pads}, {}, "pad");
-  auto starts = g.constant("starts", ir::Tensor::fromVector<int64_t>(ir::Shape{1}, {8}));
-  auto ends = g.constant("ends", ir::Tensor::fromVector<int64_t>(ir::Shape{1}, {56}));
-  g.output(g.node("Slice", {padded, starts, ends}, {}, "slice"));
-  return g.take();
-}
-
 KILN_KNOB_EFFECT({
     .knob = "cpu.memory.order",
     .value = "time",
     .shows = "placing values in the order they are defined instead of largest first changes the "
              "arena of a Pad -> Slice chain",
-    .graph = padThenSlice,
+    .graph = [] { return padThenSlice(16); },
     .baseRoute = "-cpu.memory.in_place=off",
     .expect =
         [](const BuildSnapshot& base, const BuildSnapshot& changed) {
@@ -63,31 +50,12 @@ KILN_KNOB_EFFECT({
         },
 });
 
-// x [32] -> Pad to [48] (an output) -> Neg; Neg(x); Concat of the two Negs [80] (an output) ->
-// Neg (an output): six values of 2, 3, 3, 2, 5 and 5 units of 64 bytes, found by a search over
-// small graphs for one where the fits differ. Largest first, first fit packs them in 13 units
-// (832 bytes); best fit puts the 3-unit Neg in a tighter gap that later forces a 5-unit value
-// past the end: 15 units (960 bytes).
-ir::Graph fitChooser() {
-  GraphSketch g;
-  auto x = g.input("x", {32});
-  auto pads = g.constant("pads", ir::Tensor::fromVector<int64_t>(ir::Shape{2}, {0, 16}));
-  auto padded = g.node("Pad", {x, pads}, {}, "pad");
-  auto n1 = g.node("Neg", {padded}, {}, "n1");
-  auto n2 = g.node("Neg", {x}, {}, "n2");
-  auto cat = g.node("Concat", {n2, n1}, {{"axis", ir::Attribute{int64_t{0}}}}, "cat");
-  g.output(padded);
-  g.output(cat);
-  g.output(g.node("Neg", {cat}, {}, "n3"));
-  return g.take();
-}
-
 KILN_KNOB_EFFECT({
     .knob = "cpu.memory.fit",
     .value = "best",
     .shows = "placing each value in the smallest gap that holds it instead of the lowest one "
              "gives this graph a larger arena (best fit is not always better)",
-    .graph = fitChooser,
+    .graph = [] { return fitChooser(16); },
     .baseRoute = "-cpu.memory.in_place=off -fusion.eltwise_chain=off",
     .expect =
         [](const BuildSnapshot& base, const BuildSnapshot& changed) {

@@ -1,8 +1,13 @@
-// Effects of the CUDA attention knob (kernels/attention_steps.cc): kiln.Attention as the unfused
-// products around a softmax, or as the fused flash kernel. Lowering names the kernel in the
-// step's tactic, so the difference shows without a GPU; outputs are compared where one is present.
+// Effects of the CUDA attention knobs (kernels/attention_steps.cc): kiln.Attention as the unfused
+// products around a softmax, or as the fused flash kernel, and the unfused softmax's launch.
+// Lowering names the kernel in the step's tactic and the launch in its detail, so the difference
+// shows without a GPU; outputs are compared where one is present.
 #if KILN_HAVE_CUDA
 #include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
 
 #include "graph_sketch.h"
 #include "kiln/ir/op_schema.h"
@@ -38,6 +43,59 @@ KILN_KNOB_EFFECT({
           EXPECT_EQ(changed.layer("attn").tactic, "kiln.attention.unfused");
         },
 });
+
+// x [1, 2, 40, 64] attention over `keys` keys, unfused (float32: flash does not take it).
+std::function<ir::Graph()> unfusedAttention(int64_t keys) {
+  return [keys] {
+    GraphSketch g;
+    g.output(g.node("Attention",
+                    {g.input("q", {1, 2, 40, 64}), g.input("k", {1, 2, keys, 64}),
+                     g.input("v", {1, 2, keys, 64})},
+                    {{"scale", ir::Attribute{0.125f}}, {"transpose_k", ir::Attribute{int64_t{1}}}},
+                    "attn", ir::kKilnDomain));
+    return g.take();
+  };
+}
+
+struct SoftmaxLaunch {
+  const char* knob;
+  const char* value;
+  int64_t keys;
+  const char* base;  // the softmax's launch in the base build's detail
+  const char* changed;
+};
+
+[[maybe_unused]] const int kSoftmaxLaunchEffects = [] {
+  for (const SoftmaxLaunch& e :
+       std::vector<SoftmaxLaunch>{{"cuda.attention.softmax.warp_rows", "2", 70,
+                                   "a warp a row, 4 rows a block", "a warp a row, 2 rows a block"},
+                                  {"cuda.attention.softmax.warp_rows", "8", 70,
+                                   "a warp a row, 4 rows a block", "a warp a row, 8 rows a block"},
+                                  {"cuda.attention.softmax.block_threads", "128", 1100,
+                                   "a 512-thread block a row", "a 128-thread block a row"},
+                                  {"cuda.attention.softmax.block_threads", "256", 1100,
+                                   "a 512-thread block a row", "a 256-thread block a row"}}) {
+    const std::string base = std::string("; softmax: ") + e.base + ";";
+    const std::string changed = std::string("; softmax: ") + e.changed + ";";
+    registerKnobEffect({
+        .knob = e.knob,
+        .value = e.value,
+        .shows = "the unfused attention's softmax over " + std::to_string(e.keys) +
+                 " keys launches as \"" + e.changed + "\" instead of \"" + e.base + "\"",
+        .backend = "cuda",
+        .graph = unfusedAttention(e.keys),
+        .expect =
+            [base, changed](const BuildSnapshot& before, const BuildSnapshot& after) {
+              EXPECT_EQ(after.layer("attn").tactic, "kiln.attention.unfused");
+              const std::string& was = before.layer("attn").detail;
+              const std::string& now = after.layer("attn").detail;
+              EXPECT_NE(was.find(base), std::string::npos) << was;
+              EXPECT_NE(now.find(changed), std::string::npos) << now;
+            },
+    });
+  }
+  return 0;
+}();
 
 }  // namespace
 }  // namespace kiln::testing

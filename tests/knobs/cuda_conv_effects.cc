@@ -89,6 +89,49 @@ struct DepthwiseLaunchEffect {
   return 0;
 }();
 
+[[maybe_unused]] const int kNativeBlockEffects = [] {
+  for (const char* threads : {"128", "512"}) {
+    const std::string detail = std::string("kiln's direct kernel, ") + threads + "-thread blocks";
+    registerKnobEffect({
+        .knob = "cuda.conv.native.block",
+        .value = threads,
+        .shows = "kiln's direct convolution kernel launches " + std::string(threads) +
+                 "-thread blocks instead of 256-thread ones",
+        .backend = "cuda",
+        .graph = convWithBias,
+        .baseRoute = "-cuda.conv.source=native",
+        .expect =
+            [detail](const BuildSnapshot& base, const BuildSnapshot& changed) {
+              EXPECT_EQ(base.layer("conv").detail, "kiln's direct kernel, 256-thread blocks");
+              EXPECT_EQ(changed.layer("conv").detail, detail);
+            },
+    });
+  }
+  return 0;
+}();
+
+[[maybe_unused]] const int kDepthwiseVectorEffects = [] {
+  for (const char* bytes : {"8", "4"}) {
+    const std::string runs = std::string("runs of up to ") + bytes + " bytes";
+    registerKnobEffect({
+        .knob = "cuda.conv.depthwise.vector",
+        .value = bytes,
+        .shows = "kiln's depthwise kernel moves channel " + runs + " a thread instead of 16",
+        .backend = "cuda",
+        .graph = depthwiseConv,
+        .expect =
+            [runs](const BuildSnapshot& base, const BuildSnapshot& changed) {
+              EXPECT_EQ(base.layer("dw").detail,
+                        "kiln's depthwise kernel, 1 px a thread, 256-thread blocks, runs of up to "
+                        "16 bytes");
+              EXPECT_EQ(changed.layer("dw").detail,
+                        "kiln's depthwise kernel, 1 px a thread, 256-thread blocks, " + runs);
+            },
+    });
+  }
+  return 0;
+}();
+
 KILN_KNOB_EFFECT({
     .knob = "cuda.conv.algo",
     .value = "timed",

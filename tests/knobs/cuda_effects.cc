@@ -4,8 +4,12 @@
 #if KILN_HAVE_CUDA
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "graph_sketch.h"
 #include "knob_effects.h"
+#include "planner_graphs.h"
 
 namespace kiln::testing {
 namespace {
@@ -66,6 +70,80 @@ KILN_KNOB_EFFECT({
         },
 });
 
+// x -> Exp, Neg, Sigmoid, Abs (four branches) -> Sum: 4 KiB values.
+ir::Graph fourBranches() {
+  GraphSketch g;
+  auto x = g.input("x", {1024});
+  std::vector<std::string> branches;
+  for (const char* op : {"Exp", "Neg", "Sigmoid", "Abs"})
+    branches.push_back(g.node(op, {x}, {}, op));
+  g.output(g.node("Sum", branches, {}, "sum"));
+  return g.take();
+}
+
+KILN_KNOB_EFFECT({
+    .knob = "cuda.streams",
+    .value = "2",
+    .shows = "of four branches, the second runs on an auxiliary stream; the Sum waits for it",
+    .backend = "cuda",
+    .graph = fourBranches,
+    .baseRoute = "-fusion.eltwise_chain=off",
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.streams, 1);
+          EXPECT_EQ(changed.streams, 2);
+          EXPECT_EQ(changed.layer("Exp").stream, 0);
+          EXPECT_EQ(changed.layer("Neg").stream, 1);
+          EXPECT_EQ(changed.layer("Sigmoid").stream, 0);
+          EXPECT_EQ(changed.layer("sum").stream, 0);
+        },
+});
+
+KILN_KNOB_EFFECT({
+    .knob = "cuda.streams",
+    .value = "4",
+    .shows = "each of four branches runs on a stream of its own",
+    .backend = "cuda",
+    .graph = fourBranches,
+    .baseRoute = "-fusion.eltwise_chain=off",
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.streams, 1);
+          EXPECT_EQ(changed.streams, 4);
+          EXPECT_EQ(changed.layer("Exp").stream, 0);
+          EXPECT_EQ(changed.layer("Neg").stream, 1);
+          EXPECT_EQ(changed.layer("Sigmoid").stream, 2);
+          EXPECT_EQ(changed.layer("Abs").stream, 3);
+        },
+});
+
+[[maybe_unused]] const int kL2PersistEffects = [] {
+  for (const char* buffer : {"arena", "weights"}) {
+    registerKnobEffect({
+        .knob = "cuda.l2.persist",
+        .value = buffer,
+        .shows = std::string("the plan's stream marks its accesses to the ") + buffer +
+                 " as persisting in L2 (on a GPU: a window over the buffer)",
+        .backend = "cuda",
+        .graph = twinConvs,
+        .expect =
+            [buffer](const BuildSnapshot& base, const BuildSnapshot& changed) {
+              EXPECT_EQ(base.l2Persist, "off");
+              EXPECT_EQ(changed.l2Persist, buffer);
+              EXPECT_EQ(base.l2WindowBytes, 0);
+              if (changed.outputs.empty()) return;  // no GPU: nothing was prepared
+              // The H200 (every GPU since sm_80) has persisting L2; the window covers the
+              // buffer, which is far below the largest window.
+              EXPECT_GT(changed.l2WindowBytes, 0);
+              if (std::string(buffer) == "arena") {
+                EXPECT_EQ(changed.l2WindowBytes, changed.arenaBytes);
+              }
+            },
+    });
+  }
+  return 0;
+}();
+
 KILN_KNOB_EFFECT({
     .knob = "cuda.memory.planner",
     .value = "naive",
@@ -77,6 +155,37 @@ KILN_KNOB_EFFECT({
         [](const BuildSnapshot& base, const BuildSnapshot& changed) {
           EXPECT_EQ(base.arenaBytes, 2 * 4096);
           EXPECT_EQ(changed.arenaBytes, 5 * 4096);
+        },
+});
+
+KILN_KNOB_EFFECT({
+    .knob = "cuda.memory.order",
+    .value = "time",
+    .shows = "placing device values in the order they are defined instead of largest first "
+             "changes the arena of a Pad -> Slice chain: 8 ranges of 256 bytes instead of 7",
+    .backend = "cuda",
+    .graph = [] { return padThenSlice(64); },
+    .baseRoute = "-cuda.memory.in_place=off",
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.arenaBytes, 7 * 256) << base.summary();
+          EXPECT_EQ(changed.arenaBytes, 8 * 256) << changed.summary();
+        },
+});
+
+KILN_KNOB_EFFECT({
+    .knob = "cuda.memory.fit",
+    .value = "best",
+    .shows = "placing each device value in the smallest gap that holds it instead of the lowest "
+             "gives this graph 15 ranges of 256 bytes instead of 13 (best fit is not always "
+             "better)",
+    .backend = "cuda",
+    .graph = [] { return fitChooser(64); },
+    .baseRoute = "-cuda.memory.in_place=off -fusion.eltwise_chain=off",
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.arenaBytes, 13 * 256) << base.summary();
+          EXPECT_EQ(changed.arenaBytes, 15 * 256) << changed.summary();
         },
 });
 

@@ -12,11 +12,6 @@ namespace kiln::testing {
 
 namespace {
 
-ir::Tensor axes(std::vector<int64_t> values) {
-  const int64_t n = static_cast<int64_t>(values.size());
-  return ir::Tensor::fromVector<int64_t>(ir::Shape{n}, values);
-}
-
 KILN_KNOB_EFFECT({
     .knob = "cuda.eltwise.vector_width",
     .value = "1",
@@ -37,8 +32,10 @@ KILN_KNOB_EFFECT({
     .expect =
         [](const BuildSnapshot& base, const BuildSnapshot& changed) {
           for (const char* layer : {"sigmoid", "cast", "back", "add"}) {
-            EXPECT_EQ(base.layer(layer).detail, "flat, vector width 4") << base.summary();
-            EXPECT_EQ(changed.layer(layer).detail, "flat, vector width 1") << changed.summary();
+            EXPECT_EQ(base.layer(layer).detail, "flat, vector width 4, 256-thread blocks")
+                << base.summary();
+            EXPECT_EQ(changed.layer(layer).detail, "flat, vector width 1, 256-thread blocks")
+                << changed.summary();
           }
           EXPECT_EQ(base.layer("sigmoid").tactic, "kiln.unary");
           EXPECT_EQ(base.layer("add").tactic, "kiln.binary");
@@ -85,7 +82,53 @@ KILN_KNOB_EFFECT({
           EXPECT_EQ(base.layersOf("kiln.FusedElementwise")[0]->tactic, "kiln.fused_eltwise.nvrtc");
           EXPECT_EQ(changed.layersOf("kiln.FusedElementwise")[0]->tactic, "kiln.fused_eltwise");
           EXPECT_EQ(changed.layersOf("kiln.FusedElementwise")[0]->detail,
-                    "strided rank 3 (32-bit index), 3 instructions");
+                    "strided rank 3 (32-bit index), 3 instructions, 256-thread blocks");
+        },
+    .skipReason = noNvrtc,
+});
+
+[[maybe_unused]] const int kEltwiseBlockEffects = [] {
+  for (const char* threads : {"128", "512", "1024"}) {
+    const std::string blocks = std::string(", ") + threads + "-thread blocks";
+    registerKnobEffect({
+        .knob = "cuda.eltwise.block",
+        .value = threads,
+        .shows = std::string("kiln's prebuilt elementwise kernels (a unary and a binary) "
+                             "launch ") +
+                 threads + "-thread blocks instead of 256-thread ones",
+        .backend = "cuda",
+        .graph =
+            [] {
+              GraphSketch g;
+              auto x = g.input("x", {2, 6, 6, 32});
+              auto e = g.node("Exp", {x}, {}, "exp");
+              g.output(g.node("Add", {e, g.input("b", {2, 6, 6, 32})}, {}, "add"));
+              return g.take();
+            },
+        .baseRoute = "-fusion.eltwise_chain=off",
+        .expect =
+            [blocks](const BuildSnapshot& base, const BuildSnapshot& changed) {
+              EXPECT_EQ(base.layer("exp").detail, "flat, vector width 4, 256-thread blocks");
+              EXPECT_EQ(changed.layer("exp").detail, "flat, vector width 4" + blocks);
+              EXPECT_EQ(changed.layer("add").detail, "flat, vector width 4" + blocks);
+            },
+    });
+  }
+  return 0;
+}();
+
+KILN_KNOB_EFFECT({
+    .knob = "cuda.eltwise.codegen.fast_math",
+    .value = "on",
+    .shows = "the generated kernel of a fused SiLU and channel scale computes its sigmoid with "
+             "__expf and __fdividef",
+    .backend = "cuda",
+    .graph = channelScale,
+    .tolerance = 1e-3,
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(fusedDetail(base), "vector 4 (16 bytes), block 256, unroll 1");
+          EXPECT_EQ(fusedDetail(changed), "vector 4 (16 bytes), block 256, unroll 1, fast math");
         },
     .skipReason = noNvrtc,
 });
@@ -167,6 +210,38 @@ KILN_KNOB_EFFECT({
         },
 });
 
+KILN_KNOB_EFFECT({
+    .knob = "cuda.reduce.warp_row_limit",
+    .value = "4096",
+    .shows = "the 3000-element rows of a ReduceMean take a warp an output instead of a block",
+    .backend = "cuda",
+    .graph = rowReductions,
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.layer("mean").detail, "rows, a 256-thread block per output");
+          EXPECT_EQ(changed.layer("mean").detail, "rows, a warp per output, 256-thread blocks");
+        },
+});
+
+KILN_KNOB_EFFECT({
+    .knob = "cuda.reduce.warp_row_limit",
+    .value = "256",
+    .shows = "the 500-element rows of a ReduceSum take a block an output instead of a warp",
+    .backend = "cuda",
+    .graph =
+        [] {
+          GraphSketch g;
+          g.output(g.node("ReduceSum", {g.input("x", {40, 500}), g.constant("last", axes({-1}))},
+                          {}, "sum"));
+          return g.take();
+        },
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.layer("sum").detail, "rows, a warp per output, 256-thread blocks");
+          EXPECT_EQ(changed.layer("sum").detail, "rows, a 256-thread block per output");
+        },
+});
+
 // A spatial mean over NHWC ([8, side, side, 40] to [8, 1, 1, 40]): 10 tiles of 32 outputs.
 std::function<ir::Graph()> spatialMean(int64_t side) {
   return [side] {
@@ -211,6 +286,38 @@ struct SplitEffect {
             [expected, base](const BuildSnapshot& baseBuild, const BuildSnapshot& changed) {
               EXPECT_EQ(baseBuild.layer("mean").detail, base);
               EXPECT_EQ(changed.layer("mean").detail, expected);
+            },
+    });
+  }
+  return 0;
+}();
+
+[[maybe_unused]] const int kColumnSliceEffects = [] {
+  for (const char* slices : {"4", "16", "32"}) {
+    const std::string columns = std::string("columns, 32x") + slices + " blocks";
+    registerKnobEffect({
+        .knob = "cuda.reduce.column_slices",
+        .value = slices,
+        .shows = "column reductions launch " + columns.substr(9) + " instead of 32x8, split or not",
+        .backend = "cuda",
+        .graph =
+            [] {
+              // ReduceSum over the outer axis of [64, 40] (not split), and a spatial mean over
+              // 56x56 NHWC (split 49 ways).
+              GraphSketch g;
+              g.output(g.node("ReduceSum", {g.input("x", {64, 40}), g.constant("outer", axes({0}))},
+                              {}, "sum"));
+              g.output(g.node("ReduceMean",
+                              {g.input("y", {8, 56, 56, 40}), g.constant("hw", axes({1, 2}))}, {},
+                              "mean"));
+              return g.take();
+            },
+        .expect =
+            [columns](const BuildSnapshot& base, const BuildSnapshot& changed) {
+              EXPECT_EQ(base.layer("sum").detail, "columns, 32x8 blocks");
+              EXPECT_EQ(changed.layer("sum").detail, columns);
+              EXPECT_EQ(base.layer("mean").detail, "columns, 32x8 blocks, range split 49 ways");
+              EXPECT_EQ(changed.layer("mean").detail, columns + ", range split 49 ways");
             },
     });
   }

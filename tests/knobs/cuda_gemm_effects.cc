@@ -59,6 +59,31 @@ KILN_KNOB_EFFECT({
         },
 });
 
+KILN_KNOB_EFFECT({
+    .knob = "cuda.gemm.gelu_epilogue",
+    .value = "tanh",
+    .shows = "a Gemm followed by an (erf) Gelu takes cuBLASLt's GELU epilogue, the tanh "
+             "approximation, instead of kiln's epilogue kernel after the product",
+    .backend = "cuda",
+    .graph =
+        [] {
+          GraphSketch g(20);  // Gelu is an opset-20 op
+          auto product =
+              g.node("Gemm", {g.input("x", {8, 16}), g.weight("w", {16, 24}), g.weight("b", {24})},
+                     {}, "fc");
+          g.output(g.node("Gelu", {product}, {}, "gelu"));
+          return g.take();
+        },
+    .tolerance = 2e-3,
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          ASSERT_EQ(base.layers.size(), 1u) << base.summary();
+          ASSERT_EQ(changed.layers.size(), 1u) << changed.summary();
+          EXPECT_EQ(base.layers[0].tactic, "cublaslt+epilogue");
+          EXPECT_EQ(changed.layers[0].tactic, "cublaslt");
+        },
+});
+
 }  // namespace
 }  // namespace kiln::testing
 #endif

@@ -1,8 +1,12 @@
-// Effects of the knobs of the CUDA backend's misc kernels (misc_steps.cc): how an Einsum that is
-// a matrix product runs. Lowering needs no GPU, so the tactics show anywhere; outputs are compared
+// Effects of the knobs of the CUDA backend's misc and pooling kernels (misc_steps.cc,
+// pool_steps.cc): how an Einsum that is a matrix product runs, and the pooling kernels' blocks.
+// Lowering needs no GPU, so the tactics and launch details show anywhere; outputs are compared
 // where a GPU is present.
 #if KILN_HAVE_CUDA
 #include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
 
 #include "graph_sketch.h"
 #include "knob_effects.h"
@@ -31,6 +35,43 @@ KILN_KNOB_EFFECT({
           EXPECT_EQ(changed.layer("scores").tactic, "kiln.einsum");
         },
 });
+
+// x [2, 8, 9, 9] -> MaxPool 3x3 stride 2 -> GlobalAveragePool: NHWC by default, so the global
+// pool takes a thread an output; with -cuda.layout=nchw, a block a plane.
+ir::Graph pools() {
+  GraphSketch g;
+  auto pooled = g.node("MaxPool", {g.input("x", {2, 8, 9, 9})},
+                       {{"kernel_shape", ints({3, 3})}, {"strides", ints({2, 2})}}, "max");
+  g.output(g.node("GlobalAveragePool", {pooled}, {}, "mean"));
+  return g.take();
+}
+
+[[maybe_unused]] const int kPoolEffects = [] {
+  for (const char* layout : {"nhwc", "nchw"}) {
+    for (const char* threads : {"128", "512"}) {
+      const std::string block = std::string(threads) + "-thread blocks";
+      const std::string global =
+          std::string(layout) == "nhwc" ? "a thread an output, " : "a block a plane, ";
+      registerKnobEffect({
+          .knob = "cuda.pool.block",
+          .value = threads,
+          .shows = std::string("under ") + layout + " the windowed and global pools launch " +
+                   block + " instead of 256-thread ones",
+          .backend = "cuda",
+          .graph = pools,
+          .baseRoute = std::string("-cuda.layout=") + layout,
+          .expect =
+              [block, global](const BuildSnapshot& base, const BuildSnapshot& changed) {
+                EXPECT_EQ(base.layer("max").detail, "a thread an output, 256-thread blocks");
+                EXPECT_EQ(changed.layer("max").detail, "a thread an output, " + block);
+                EXPECT_EQ(base.layer("mean").detail, global + "256-thread blocks");
+                EXPECT_EQ(changed.layer("mean").detail, global + block);
+              },
+      });
+    }
+  }
+  return 0;
+}();
 
 }  // namespace
 }  // namespace kiln::testing

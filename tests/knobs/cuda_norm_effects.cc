@@ -1,9 +1,13 @@
 // Effects of the CUDA normalisation knobs (kernels/norm_steps.cc): which row kernel a Softmax
-// over contiguous rows takes, and a normalisation run in the reduced type. Lowering names them
-// in the step's tactic and precision, so the differences show without a GPU; outputs are
-// compared where one is present.
+// or a LayerNormalization over contiguous rows takes and its launch shape, and a normalisation
+// run in the reduced type. Lowering names them in the step's tactic, detail and precision, so the
+// differences show without a GPU; outputs are compared where one is present.
 #if KILN_HAVE_CUDA
 #include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
 
 #include "graph_sketch.h"
 #include "knob_effects.h"
@@ -48,13 +52,16 @@ KILN_KNOB_EFFECT({
         },
 });
 
-// x [6, 32] -> LayerNormalization over the last axis.
-ir::Graph layerNorm() {
-  GraphSketch g;
-  g.output(g.node("LayerNormalization",
-                  {g.input("x", {6, 32}), g.weight("gamma", {32}), g.weight("beta", {32})},
-                  {{"axis", ir::Attribute{int64_t{-1}}}}, "ln"));
-  return g.take();
+// x [6, width] -> LayerNormalization over the last axis.
+std::function<ir::Graph()> layerNormRows(int64_t width) {
+  return [width] {
+    GraphSketch g;
+    g.output(
+        g.node("LayerNormalization",
+               {g.input("x", {6, width}), g.weight("gamma", {width}), g.weight("beta", {width})},
+               {{"axis", ir::Attribute{int64_t{-1}}}}, "ln"));
+    return g.take();
+  };
 }
 
 KILN_KNOB_EFFECT({
@@ -63,7 +70,7 @@ KILN_KNOB_EFFECT({
     .shows = "under fp16 the LayerNormalization keeps float32 storage (no casts, as nothing else "
              "is reduced) instead of kiln's row kernel on float16 data between two casts",
     .backend = "cuda",
-    .graph = layerNorm,
+    .graph = layerNormRows(32),
     .baseRoute = "-cuda.precision=fp16 -cuda.host_fallback=off",
     .tolerance = 2e-2,
     .expect =
@@ -73,6 +80,75 @@ KILN_KNOB_EFFECT({
           EXPECT_EQ(base.layer("ln").precision, "fp16");
           EXPECT_EQ(base.layer("ln").tactic, "kiln.layernorm");
           EXPECT_EQ(base.layersOf("Cast").size(), 2u);
+        },
+});
+
+struct RowLaunchEffect {
+  const char* knob;
+  const char* value;
+  const char* layer;
+  std::function<ir::Graph()> graph;
+  const char* base;  // the layer's detail without the knob
+  const char* changed;
+};
+
+[[maybe_unused]] const int kRowLaunchEffects = [] {
+  for (const RowLaunchEffect& effect : std::vector<RowLaunchEffect>{
+           {"cuda.softmax.warp_rows", "2", "softmax", softmaxRows(64),
+            "a warp a row, 4 rows a block", "a warp a row, 2 rows a block"},
+           {"cuda.softmax.warp_rows", "8", "softmax", softmaxRows(64),
+            "a warp a row, 4 rows a block", "a warp a row, 8 rows a block"},
+           {"cuda.softmax.online", "on", "softmax", softmaxRows(64), "a warp a row, 4 rows a block",
+            "a warp a row, 4 rows a block, online maximum and sum"},
+           {"cuda.softmax.block_threads", "128", "softmax", softmaxRows(2048),
+            "a 512-thread block a row", "a 128-thread block a row"},
+           {"cuda.softmax.block_threads", "256", "softmax", softmaxRows(2048),
+            "a 512-thread block a row", "a 256-thread block a row"},
+           {"cuda.norm.row_kernel", "block", "ln", layerNormRows(32),
+            "a warp a row, 4 rows a block", "a 512-thread block a row"},
+           {"cuda.norm.row_kernel", "warp", "ln", layerNormRows(2048), "a 512-thread block a row",
+            "a warp a row, 4 rows a block"},
+           {"cuda.norm.warp_rows", "2", "ln", layerNormRows(32), "a warp a row, 4 rows a block",
+            "a warp a row, 2 rows a block"},
+           {"cuda.norm.warp_rows", "8", "ln", layerNormRows(32), "a warp a row, 4 rows a block",
+            "a warp a row, 8 rows a block"},
+           {"cuda.norm.block_threads", "128", "ln", layerNormRows(2048), "a 512-thread block a row",
+            "a 128-thread block a row"},
+           {"cuda.norm.block_threads", "256", "ln", layerNormRows(2048), "a 512-thread block a row",
+            "a 256-thread block a row"},
+       }) {
+    const std::string layer = effect.layer, base = effect.base, changed = effect.changed;
+    registerKnobEffect({
+        .knob = effect.knob,
+        .value = effect.value,
+        .shows = "the rows launch as \"" + changed + "\" instead of \"" + base + "\"",
+        .backend = "cuda",
+        .graph = effect.graph,
+        .expect =
+            [layer, base, changed](const BuildSnapshot& before, const BuildSnapshot& after) {
+              EXPECT_EQ(before.layer(layer).detail, base);
+              EXPECT_EQ(after.layer(layer).detail, changed);
+            },
+    });
+  }
+  return 0;
+}();
+
+KILN_KNOB_EFFECT({
+    .knob = "cuda.norm.register_rows",
+    .value = "off",
+    .shows = "under fp16 the LayerNormalization's 32-element rows go through the generic row "
+             "kernel instead of being held in registers",
+    .backend = "cuda",
+    .graph = layerNormRows(32),
+    .baseRoute = "-cuda.precision=fp16",
+    .tolerance = 2e-2,
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.layer("ln").detail, "a warp a row, 4 rows a block");
+          EXPECT_EQ(changed.layer("ln").detail,
+                    "a warp a row, 4 rows a block, no register-held rows");
+          EXPECT_EQ(changed.layer("ln").precision, "fp16");
         },
 });
 

@@ -21,6 +21,12 @@ namespace kiln::testing {
 
 inline ir::Attribute ints(std::vector<int64_t> v) { return {std::move(v)}; }
 
+// An int64 vector constant ([n]): axes, shapes, pads given as inputs.
+inline ir::Tensor axes(std::vector<int64_t> values) {
+  const int64_t n = static_cast<int64_t>(values.size());
+  return ir::Tensor::fromVector<int64_t>(ir::Shape{n}, values);
+}
+
 class GraphSketch {
  public:
   explicit GraphSketch(int opset = 18) {

@@ -31,6 +31,7 @@ struct BuildSnapshot {
     std::string tactic, layout, precision;
     // cuda: the launch details a step reports beyond its tactic ("flat, vector width 4"), or "".
     std::string detail;
+    int stream = 0;  // cuda: the stream the step runs on (0: the plan's)
   };
   std::string ir;  // the optimised graph, printed
   std::vector<Layer> layers;
@@ -43,6 +44,11 @@ struct BuildSnapshot {
   // cuda, on a GPU: timed layers whose choice came from the timing cache, and those timed.
   int timingHits = 0;
   int timingMisses = 0;
+  // cuda: the buffer the plan keeps persisting in L2 ("off", "arena", "weights") and, on a GPU,
+  // the window the device gave it.
+  std::string l2Persist;
+  int64_t l2WindowBytes = 0;
+  int streams = 1;                  // cuda: the streams runs spread the steps over
   std::vector<ir::Tensor> outputs;  // empty for cuda builds where no GPU is present
 
   // Layers of op `op` (exact, domain-prefixed for kiln's ops).

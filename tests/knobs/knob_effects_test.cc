@@ -11,8 +11,6 @@
 #include "kiln/engine/builder.h"
 #include "kiln/ir/printer.h"
 #if KILN_HAVE_CUDA
-#include "kiln/backends/cuda/kernels/eltwise.h"
-#include "kiln/backends/cuda/kernels/reduce.h"
 #include "kiln/backends/cuda/runtime.h"
 #endif
 #include "kiln/knobs/knob.h"
@@ -54,10 +52,13 @@ std::string BuildSnapshot::summary() const {
                      " us, arena " + std::to_string(arenaBytes) + " bytes" +
                      (execution.empty() ? "" : ", execution " + execution) +
                      (timingCache.empty() ? "" : ", timing cache " + timingCache) +
+                     (l2Persist.empty() ? "" : ", L2 persisting " + l2Persist) +
+                     (streams > 1 ? ", " + std::to_string(streams) + " streams" : "") +
                      (workerCpus.empty() ? "" : ", workers on cpus " + workerCpus) + "\n";
   for (const Layer& l : layers) {
     text += "  " + l.name + ": " + l.op + " [" + l.tactic + ", " + l.layout + ", " + l.precision +
-            "]" + (l.detail.empty() ? "" : " (" + l.detail + ")") + "\n";
+            "]" + (l.detail.empty() ? "" : " (" + l.detail + ")") +
+            (l.stream > 0 ? " on stream " + std::to_string(l.stream) : "") + "\n";
   }
   return text;
 }
@@ -94,18 +95,25 @@ Result<BuildSnapshot> snapshot(const KnobEffect& effect, const std::string& rout
 #if KILN_HAVE_CUDA
     KILN_ASSIGN_OR_RETURN(CudaBuild build, buildCuda(std::move(graph), config));
     shot.ir = ir::printGraph(build.plan.graph());
-    for (const auto& step : build.plan.steps()) {
-      addLayer(*step->node, step->tactic, step->layout, step->precision);
-      shot.layers.back().detail = cuda::eltwiseStepDetail(*step) + cuda::reduceStepDetail(*step);
-    }
-    shot.arenaBytes = build.plan.arenaBytes();
-    shot.execution = build.plan.graphsAllowed() ? "graph" : "steps";
-    shot.timingCache = build.plan.timingCacheAllowed() ? "on" : "off";
+    // On a GPU the plan runs first, so the layers show what preparing it chose (a library's
+    // algorithm, a tactic that fell back); elsewhere they show what lowering planned.
     if (cuda::deviceAvailable()) {
       KILN_ASSIGN_OR_RETURN(shot.outputs, build.plan.run(inputs));
       shot.timingHits = build.plan.timingCacheHits();
       shot.timingMisses = build.plan.timingCacheMisses();
+      shot.l2WindowBytes = build.plan.l2WindowBytes();
     }
+    for (size_t i = 0; i < build.plan.steps().size(); ++i) {
+      const auto& step = build.plan.steps()[i];
+      addLayer(*step->node, step->tactic, step->layout, step->precision);
+      shot.layers.back().detail = step->detail();
+      shot.layers.back().stream = build.plan.stepStream(i);
+    }
+    shot.streams = build.plan.streamCount();
+    shot.arenaBytes = build.plan.arenaBytes();
+    shot.execution = build.plan.graphsAllowed() ? "graph" : "steps";
+    shot.timingCache = build.plan.timingCacheAllowed() ? "on" : "off";
+    shot.l2Persist = build.plan.l2Persist();
     return shot;
 #else
     return unsupported("this build has no CUDA backend");

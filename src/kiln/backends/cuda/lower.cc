@@ -10,6 +10,7 @@
 #include "kiln/backends/cuda/kernels/steps.h"
 #include "kiln/backends/cuda/plan.h"
 #include "kiln/backends/cuda/precision.h"
+#include "kiln/backends/stream_schedule.h"
 
 namespace kiln::cuda {
 
@@ -40,6 +41,52 @@ const knobs::Knob kMemoryPlanner = knobs::declareKnob({
     .defaultValue = "reuse",
     .help = "device arena planning: share memory between values whose lifetimes do not overlap, "
             "or give each value its own range",
+    .backends = {"cuda"},
+});
+
+const knobs::Knob kMemoryFit = knobs::declareKnob({
+    .name = "cuda.memory.fit",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"first", "best"},
+    .defaultValue = "first",
+    .help = "where the reuse planner puts a device value among the gaps left by overlapping "
+            "values already placed: the lowest gap that holds it, or the smallest (a tighter "
+            "arena keeps more of the working set in the L2 cache; neither always gives the "
+            "smaller one)",
+    .backends = {"cuda"},
+});
+
+const knobs::Knob kMemoryOrder = knobs::declareKnob({
+    .name = "cuda.memory.order",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"size", "time"},
+    .defaultValue = "size",
+    .help = "the order in which the reuse planner places device values: largest first, or in "
+            "the order the plan defines them",
+    .backends = {"cuda"},
+});
+
+const knobs::Knob kL2Persist = knobs::declareKnob({
+    .name = "cuda.l2.persist",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"off", "arena", "weights"},
+    .defaultValue = "off",
+    .help = "mark the plan's accesses to one buffer as persisting in the L2 cache (an access "
+            "policy window on its stream, carried into the CUDA graph, with the device's largest "
+            "set-aside for persisting lines): the activation arena, the weights, or neither",
+    .backends = {"cuda"},
+});
+
+const knobs::Knob kStreams = knobs::declareKnob({
+    .name = "cuda.streams",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"1", "2", "4"},
+    .defaultValue = "1",
+    .help = "streams a run spreads the steps over: independent branches (an ASPP head's atrous "
+            "convolutions, a residual block's shortcut) go to auxiliary streams, joined by events "
+            "where a step needs another stream's result (forked from and joined into the plan's "
+            "stream, so a CUDA graph captures them as parallel branches); each stream has its own "
+            "workspace",
     .backends = {"cuda"},
 });
 
@@ -149,6 +196,7 @@ Result<Plan> lowerToCuda(std::shared_ptr<const ir::Graph> graph, const knobs::Ro
   plan.graph_ = graph;
   plan.graphsAllowed_ = route.value(kGraphs) == "on";
   plan.timingCacheAllowed_ = route.value(kTimingCache) == "on";
+  plan.l2Persist_ = route.value(kL2Persist);
   for (const auto& value : graph->values()) {
     if (!value->hasType) {
       return internalError("value '{}' has no type: lower only shape-inferred graphs", value->name);
@@ -183,6 +231,9 @@ Result<Plan> lowerToCuda(std::shared_ptr<const ir::Graph> graph, const knobs::Ro
     plan.steps_.push_back(std::move(step));
   }
   requests.reuse = route.value(kMemoryPlanner) == "reuse";
+  requests.fit = route.value(kMemoryFit) == "best" ? backends::Fit::kBest : backends::Fit::kFirst;
+  requests.order =
+      route.value(kMemoryOrder) == "time" ? backends::Order::kTime : backends::Order::kSize;
   requests.alignment = 256;
   requests.keepInputsIntact = true;  // Plan::time uploads inputs once for many runs
   const backends::BufferAssignment memory = backends::assignBuffers(*graph, requests);
@@ -217,6 +268,26 @@ Result<Plan> lowerToCuda(std::shared_ptr<const ir::Graph> graph, const knobs::Ro
   }
   for (const ir::Value* input : graph->inputs) plan.inputs_.push_back(refFor(input));
   for (const ir::Value* output : graph->outputs) plan.outputs_.push_back(refFor(output));
+
+  // Streams: each step as the arena ranges it reads and writes (constants are never written).
+  const int maxStreams = std::stoi(route.value(kStreams));
+  std::vector<backends::StepAccess> accesses;
+  for (const auto& step : plan.steps_) {
+    backends::StepAccess access;
+    auto add = [](std::vector<backends::ByteRange>& ranges, const std::optional<BufferRef>& ref) {
+      if (ref && !ref->constant && ref->bytes() > 0) {
+        ranges.push_back({ref->offset, ref->offset + ref->bytes()});
+      }
+    };
+    for (const auto& input : step->inputs) add(access.reads, input);
+    for (const auto& output : step->outputs) add(access.writes, output);
+    accesses.push_back(std::move(access));
+  }
+  const backends::StreamSchedule schedule = backends::scheduleStreams(accesses, maxStreams);
+  plan.streamCount_ = schedule.streams;
+  plan.stepStreams_ = schedule.stream;
+  plan.stepWaits_ = schedule.waits;
+  plan.stepSignals_ = schedule.signals;
   return plan;
 }
 

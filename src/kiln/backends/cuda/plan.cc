@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <set>
@@ -64,6 +65,15 @@ struct Plan::Device {
   double codegenMilliseconds = 0;
   int timingHits = 0;
   int timingMisses = 0;
+  int64_t l2WindowBytes = 0;  // the persisting window set on the stream (0: none)
+  // cuda.streams > 1: the auxiliary streams (stream k is aux[k - 1]), an event after each step
+  // another stream waits for, and the fork and join events that tie them to the plan's stream.
+  std::vector<Stream> aux;
+  std::vector<Event> stepEvents;
+  Event fork;
+  std::vector<Event> joins;
+  int64_t streamWorkspaceStride = 0;                  // each stream's slice of the workspace
+  static inline std::atomic<int> persistingPlans{0};  // the process's plans with a window
 
   Context context() const {
     Context c;
@@ -76,10 +86,25 @@ struct Plan::Device {
     c.cudnn = handles.cudnn();
     return c;
   }
+  // What a step on stream `k` sees: that stream, and its own slice of the workspace.
+  Context contextOn(int k) const {
+    Context c = context();
+    if (k == 0 && aux.empty()) return c;
+    if (k > 0) c.stream = aux[static_cast<size_t>(k - 1)].get();
+    c.workspace = workspace.data() ? workspace.data() + k * streamWorkspaceStride : nullptr;
+    c.workspaceBytes = streamWorkspaceStride;
+    return c;
+  }
   ~Device() {
     if (graphExec) cudaGraphExecDestroy(graphExec);
     if (graph) cudaGraphDestroy(graph);
     if (generated) cudaLibraryUnload(generated);
+    // The persisting lines and the set-aside belong to the context, not the plan: the last
+    // plan of the process to use them gives them back, so later plans see the whole L2 again.
+    if (l2WindowBytes > 0 && --persistingPlans == 0) {
+      cudaCtxResetPersistingL2Cache();
+      cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 0);
+    }
   }
 };
 
@@ -98,6 +123,37 @@ std::string Plan::graphNote() const { return device_ ? device_->graphNote : ""; 
 int Plan::generatedKernels() const { return device_ ? device_->generatedKernels : 0; }
 int Plan::timingCacheHits() const { return device_ ? device_->timingHits : 0; }
 int Plan::timingCacheMisses() const { return device_ ? device_->timingMisses : 0; }
+int64_t Plan::l2WindowBytes() const { return device_ ? device_->l2WindowBytes : 0; }
+
+namespace {
+
+// Marks accesses to `buffer` from kernels on `stream` (and the graph captured from it) as
+// persisting in the L2 cache: the device's largest set-aside for persisting lines, and a window
+// over the buffer's first bytes up to the device's largest window, hit ratio scaled so the
+// persisting part fits the set-aside. Returns the window's bytes (0 where the device has none).
+Result<int64_t> persistInL2(const DeviceMemory& buffer, const DeviceInfo& info,
+                            cudaStream_t stream) {
+  int maxPersisting = 0, maxWindow = 0;
+  KILN_CUDA_CHECK(
+      cudaDeviceGetAttribute(&maxPersisting, cudaDevAttrMaxPersistingL2CacheSize, info.ordinal));
+  KILN_CUDA_CHECK(
+      cudaDeviceGetAttribute(&maxWindow, cudaDevAttrMaxAccessPolicyWindowSize, info.ordinal));
+  if (maxPersisting <= 0 || maxWindow <= 0 || buffer.bytes() == 0) return int64_t{0};
+  KILN_CUDA_CHECK(
+      cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, static_cast<size_t>(maxPersisting)));
+  const int64_t window = std::min<int64_t>(buffer.bytes(), maxWindow);
+  cudaStreamAttrValue value{};
+  value.accessPolicyWindow.base_ptr = buffer.data();
+  value.accessPolicyWindow.num_bytes = static_cast<size_t>(window);
+  value.accessPolicyWindow.hitRatio =
+      static_cast<float>(std::min(1.0, static_cast<double>(maxPersisting) / window));
+  value.accessPolicyWindow.hitProp = cudaAccessPropertyPersisting;
+  value.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
+  KILN_CUDA_CHECK(cudaStreamSetAttribute(stream, cudaStreamAttributeAccessPolicyWindow, &value));
+  return window;
+}
+
+}  // namespace
 double Plan::codegenMilliseconds() const { return device_ ? device_->codegenMilliseconds : 0; }
 
 // Compiles the steps' generated kernels as one program (NVRTC's fixed cost is paid once a plan,
@@ -140,6 +196,13 @@ Status Plan::initialize() {
   KILN_ASSIGN_OR_RETURN(device->handles, LibraryHandles::create(device->stream.get()));
   KILN_ASSIGN_OR_RETURN(device->arena, DeviceMemory::allocate(arenaBytes_, "the activation arena"));
   KILN_ASSIGN_OR_RETURN(device->weights, DeviceMemory::allocate(weightBytes_, "the weights"));
+  if (l2Persist_ != "off") {
+    // Set before the steps prepare, so timed choices see the cache as the runs will.
+    KILN_ASSIGN_OR_RETURN(device->l2WindowBytes,
+                          persistInL2(l2Persist_ == "arena" ? device->arena : device->weights,
+                                      device->info, device->stream.get()));
+    if (device->l2WindowBytes > 0) ++Device::persistingPlans;
+  }
   for (size_t i = 0; i < constants_.size(); ++i) {
     const ir::Tensor& tensor = *constants_[i];
     if (tensor.byteSize() == 0) continue;
@@ -169,6 +232,27 @@ Status Plan::initialize() {
   device->timingHits = prepare.timingHits;
   device->timingMisses = prepare.timingMisses;
   if (timingCache) KILN_RETURN_IF_ERROR(timingCache->save());
+  if (streamCount_ > 1) {
+    // Steps on different streams may run at once: each stream gets a workspace of its own.
+    device->streamWorkspaceStride = (workspace + 255) / 256 * 256;
+    workspace = device->streamWorkspaceStride * streamCount_;
+    for (int k = 1; k < streamCount_; ++k) {
+      KILN_ASSIGN_OR_RETURN(Stream aux, Stream::create());
+      device->aux.push_back(std::move(aux));
+    }
+    KILN_ASSIGN_OR_RETURN(device->fork, Event::create());
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      Event event;
+      if (stepSignals_[i]) {
+        KILN_ASSIGN_OR_RETURN(event, Event::create());
+      }
+      device->stepEvents.push_back(std::move(event));
+    }
+    for (int k = 1; k < streamCount_; ++k) {
+      KILN_ASSIGN_OR_RETURN(Event join, Event::create());
+      device->joins.push_back(std::move(join));
+    }
+  }
   KILN_ASSIGN_OR_RETURN(device->workspace, DeviceMemory::allocate(workspace, "the workspace"));
   KILN_CUDA_CHECK(cudaStreamSynchronize(device->stream.get()));
   device_ = std::move(device);
@@ -228,7 +312,48 @@ Status Plan::uploadInputs(const std::vector<ir::Tensor>& inputs) {
   return Status::ok();
 }
 
+Status Plan::enqueueOnStreams() const {
+  const Device& d = *device_;
+  cudaStream_t main = d.stream.get();
+  // Fork: every auxiliary stream starts after what the plan's stream holds (the inputs' upload).
+  KILN_CUDA_CHECK(cudaEventRecord(d.fork.get(), main));
+  for (const Stream& aux : d.aux) KILN_CUDA_CHECK(cudaStreamWaitEvent(aux.get(), d.fork.get()));
+  int cudnnStream = 0;  // the stream cuDNN's handle is bound to (its calls take no stream)
+  Status failed = Status::ok();
+  for (size_t i = 0; i < steps_.size() && failed.isOk(); ++i) {
+    const int k = stepStreams_[i];
+    const Context context = d.contextOn(k);
+    for (int before : stepWaits_[i]) {
+      KILN_CUDA_CHECK(
+          cudaStreamWaitEvent(context.stream, d.stepEvents[static_cast<size_t>(before)].get()));
+    }
+    if (k != cudnnStream) {
+      KILN_RETURN_IF_ERROR(cudnnStatus(cudnnSetStream(context.cudnn, context.stream),
+                                       "binding cuDNN's handle to a stream"));
+      cudnnStream = k;
+    }
+    Status status = steps_[i]->enqueue(context);
+    if (!status.isOk()) {
+      failed = Status(status.code(), fmt::format("{} ({}): {}", steps_[i]->node->describe(),
+                                                 steps_[i]->tactic, status.message()));
+      break;
+    }
+    if (stepSignals_[i]) KILN_CUDA_CHECK(cudaEventRecord(d.stepEvents[i].get(), context.stream));
+  }
+  // Join, even after a failure: a capture must end with every stream back on the plan's.
+  for (size_t k = 0; k < d.aux.size(); ++k) {
+    KILN_CUDA_CHECK(cudaEventRecord(d.joins[k].get(), d.aux[k].get()));
+    KILN_CUDA_CHECK(cudaStreamWaitEvent(main, d.joins[k].get()));
+  }
+  if (cudnnStream != 0) {
+    KILN_RETURN_IF_ERROR(
+        cudnnStatus(cudnnSetStream(d.handles.cudnn(), main), "binding cuDNN's handle to a stream"));
+  }
+  return failed;
+}
+
 Status Plan::enqueueSteps() const {
+  if (streamCount_ > 1) return enqueueOnStreams();
   const Context context = device_->context();
   for (const auto& step : steps_) {
     Status status = step->enqueue(context);

@@ -102,6 +102,10 @@ class Step {
   // step the loaded library (bindGenerated) before prepare.
   virtual std::string generatedCode() const { return ""; }
   virtual Status bindGenerated(cudaLibrary_t /*library*/) { return Status::ok(); }
+  // How the step launches, beyond its tactic ("rows, a warp per output, 256-thread blocks"; after
+  // prepare, the algorithm a library was asked for and gave): what the launch knobs changed, for
+  // profiles and tests. "" when there is nothing to add.
+  virtual std::string detail() const { return ""; }
 
   const ir::Node* node = nullptr;
   std::string tactic;  // "cublaslt", "cudnn", "kiln.eltwise", "host.reference", ...
@@ -172,6 +176,16 @@ class Plan {
   bool timingCacheAllowed() const { return timingCacheAllowed_; }  // cuda.timing_cache
   int timingCacheHits() const;
   int timingCacheMisses() const;
+  // The buffer whose accesses the plan's stream marks as persisting in the L2 cache
+  // (cuda.l2.persist: "off", "arena" or "weights") and, after initialize, the bytes of the window
+  // the device gave it (0 where it supports none).
+  const std::string& l2Persist() const { return l2Persist_; }
+  int64_t l2WindowBytes() const;
+  // The streams runs spread the steps over (cuda.streams; 1: the plan's stream alone), step i's
+  // stream (0 is the plan's) and the steps on other streams it waits for.
+  int streamCount() const { return streamCount_; }
+  int stepStream(size_t i) const { return stepStreams_.empty() ? 0 : stepStreams_[i]; }
+  const std::vector<int>& stepWaits(size_t i) const { return stepWaits_[i]; }
   const ir::Graph& graph() const { return *graph_; }
 
  private:
@@ -182,7 +196,8 @@ class Plan {
   Status compileGenerated(Device& device);
   Status uploadInputs(const std::vector<ir::Tensor>& inputs);
   Status enqueueSteps() const;
-  Status enqueueRun();  // graph launch or the steps
+  Status enqueueOnStreams() const;  // enqueueSteps with streamCount_ > 1
+  Status enqueueRun();              // graph launch or the steps
   Result<std::vector<ir::Tensor>> downloadOutputs();
 
   std::shared_ptr<const ir::Graph> graph_;  // steps point at its nodes and constants
@@ -195,6 +210,11 @@ class Plan {
   int64_t weightBytes_ = 0;
   bool graphsAllowed_ = true;
   bool timingCacheAllowed_ = true;  // cuda.timing_cache
+  std::string l2Persist_ = "off";   // cuda.l2.persist
+  int streamCount_ = 1;             // cuda.streams, as the schedule used them
+  std::vector<int> stepStreams_;
+  std::vector<std::vector<int>> stepWaits_;
+  std::vector<bool> stepSignals_;  // whether a step on another stream waits for step i
   std::filesystem::path timingCacheFile_;
   std::unique_ptr<Device> device_;
 };

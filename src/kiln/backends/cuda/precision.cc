@@ -38,6 +38,41 @@ const knobs::Knob kNormInFp32 = knobs::declareKnob({
     .changesNumerics = true,
 });
 
+const knobs::Knob kReduceInFp32 = knobs::declareKnob({
+    .name = "cuda.precision.reduce_fp32",
+    .kind = knobs::KnobKind::kBool,
+    .defaultValue = "off",
+    .help = "under fp16 or bf16, keep reductions and pools (ReduceMean, ReduceSum, ReduceMax, "
+            "ReduceMin, the average, max and global pools) in float32 storage, with casts around "
+            "them, instead of reading and writing the reduced type",
+    .backends = {"cuda"},
+    .perNode = true,
+    .changesNumerics = true,
+});
+
+const knobs::Knob kEltwiseInFp32 = knobs::declareKnob({
+    .name = "cuda.precision.eltwise_fp32",
+    .kind = knobs::KnobKind::kBool,
+    .defaultValue = "off",
+    .help = "under fp16 or bf16, keep elementwise ops and fused elementwise chains (activations, "
+            "arithmetic, Where) in float32 storage, with casts around them, instead of rounding "
+            "every intermediate they write to the reduced type",
+    .backends = {"cuda"},
+    .perNode = true,
+    .changesNumerics = true,
+});
+
+const knobs::Knob kOutputsInFp32 = knobs::declareKnob({
+    .name = "cuda.precision.outputs_fp32",
+    .kind = knobs::KnobKind::kBool,
+    .defaultValue = "off",
+    .help = "under fp16 or bf16, run the nodes that write the graph's outputs (the classifier's "
+            "last product, say) in float32, instead of computing them reduced and casting the "
+            "result back",
+    .backends = {"cuda"},
+    .changesNumerics = true,
+});
+
 namespace {
 
 constexpr int64_t kOnnxFloat = 1;
@@ -118,6 +153,44 @@ const std::map<std::string, std::set<size_t>>& reducedOps() {
   return ops;
 }
 
+// Reductions and pools: reduced only when cuda.precision.reduce_fp32 is off.
+bool isReductionOrPool(const std::string& op) {
+  static const std::set<std::string> ops = {"ReduceMean",
+                                            "ReduceSum",
+                                            "ReduceMax",
+                                            "ReduceMin",
+                                            "MaxPool",
+                                            "AveragePool",
+                                            "GlobalAveragePool",
+                                            "GlobalMaxPool",
+                                            "kiln.NhwcMaxPool",
+                                            "kiln.NhwcAveragePool",
+                                            "kiln.NhwcGlobalAveragePool",
+                                            "kiln.NhwcGlobalMaxPool"};
+  return ops.count(op) > 0;
+}
+
+// Elementwise ops: reduced only when cuda.precision.eltwise_fp32 is off.
+bool isElementwise(const std::string& op) {
+  static const std::set<std::string> ops = {
+      "Relu",       "LeakyRelu", "Sigmoid", "Tanh",  "HardSigmoid",
+      "HardSwish",  "Gelu",      "Erf",     "Exp",   "Sqrt",
+      "Reciprocal", "Neg",       "Abs",     "Elu",   "Softplus",
+      "Clip",       "PRelu",     "Add",     "Sub",   "Mul",
+      "Div",        "Max",       "Min",     "Where", "kiln.FusedElementwise"};
+  return ops.count(op) > 0;
+}
+
+// Whether `node` writes one of the graph's outputs.
+bool writesGraphOutput(const ir::Node& node, const ir::Graph& graph) {
+  for (const ir::Value* output : node.outputs) {
+    for (const ir::Value* graphOutput : graph.outputs) {
+      if (output && output == graphOutput) return true;
+    }
+  }
+  return false;
+}
+
 // Normalisations and softmax: reduced only when cuda.precision.norm_fp32 is off.
 const std::set<std::string>& normOps() {
   static const std::set<std::string> ops = {"LayerNormalization",
@@ -172,6 +245,8 @@ std::optional<ir::DType> reducedTypeFor(const ir::Node& node, const knobs::Route
   } else if (!reducedOps().count(op)) {
     return std::nullopt;
   }
+  if (isReductionOrPool(op) && route.value(kReduceInFp32, &node) == "on") return std::nullopt;
+  if (isElementwise(op) && route.value(kEltwiseInFp32, &node) == "on") return std::nullopt;
   if (!hasFloat32Data(node) || allOutputsConstant(node)) return std::nullopt;
   // Every float input and output must be float32 (a node already mixing types stays as it is).
   for (const ir::Value* value : node.inputs) {
@@ -190,7 +265,9 @@ Result<std::vector<std::string>> assignPrecision(ir::Graph& graph, const knobs::
   std::vector<std::string> changes;
   // Which nodes run reduced, decided on the graph as it is (before any rewrite).
   std::vector<std::pair<ir::Node*, ir::DType>> reduced;
+  const bool outputsInFp32 = route.value(kOutputsInFp32) == "on";
   for (const auto& node : graph.nodes()) {
+    if (outputsInFp32 && writesGraphOutput(*node, graph)) continue;
     if (auto type = reducedTypeFor(*node, route)) reduced.emplace_back(node.get(), *type);
   }
   if (reduced.empty()) return changes;

@@ -70,6 +70,24 @@ const char* functionOf(ir::EltwiseOpcode opcode) {
   return "kiln_unknown_opcode";  // fails to compile, naming the problem
 }
 
+// With fast math, the opcodes that have an approximate version in fused_ops.cuh take it.
+std::string functionOf(ir::EltwiseOpcode opcode, bool fastMath) {
+  using Op = ir::EltwiseOpcode;
+  const std::string name = functionOf(opcode);
+  switch (opcode) {
+    case Op::kSigmoid:
+    case Op::kTanh:
+    case Op::kExp:
+    case Op::kLog:
+    case Op::kReciprocal:
+    case Op::kDiv:
+    case Op::kGeluTanh:
+      return fastMath ? "kiln_fast_" + name.substr(5) : name;
+    default:
+      return name;
+  }
+}
+
 struct TypeNames {
   const char* storage;
   const char* load;   // storage -> float ("" : none)
@@ -202,7 +220,7 @@ void emitOffsets(Writer& w, int indent, const Walk& walk, const std::vector<Read
 // stores the result through `store`.
 void emitProgram(Writer& w, int indent, const ir::EltwiseProgram& program,
                  const std::function<std::string(int)>& operand, const std::string& target,
-                 const TypeNames& names) {
+                 const TypeNames& names, bool fastMath) {
   const auto& code = program.instructions;
   for (size_t j = 0; j < code.size(); ++j) {
     const ir::EltwiseInstruction& instruction = code[j];
@@ -216,7 +234,7 @@ void emitProgram(Writer& w, int indent, const ir::EltwiseProgram& program,
     for (int p = 0; p < params; ++p) {
       arguments.push_back(floatLiteral(instruction.params[static_cast<size_t>(p)]));
     }
-    w.line(indent, "const float t{} = {}({});  // {}", j, functionOf(instruction.opcode),
+    w.line(indent, "const float t{} = {}({});  // {}", j, functionOf(instruction.opcode, fastMath),
            fmt::join(arguments, ", "), instruction.toString());
   }
   w.line(indent, "{} = {}(t{});", target, names.store, code.size() - 1);
@@ -250,6 +268,7 @@ GeneratedFusedKernel generateFusedKernel(const ir::EltwiseProgram& program, Elem
   kernel.elements = geometry.count;
   kernel.blockThreads = options.blockThreads;
   kernel.unroll = options.unroll;
+  kernel.fastMath = options.fastMath;
 
   // The vector kernel: packs of V elements along the innermost axis; a flat walk leaves its last
   // count % V elements to the tail, a strided one needs whole packs in every row.
@@ -324,7 +343,7 @@ GeneratedFusedKernel generateFusedKernel(const ir::EltwiseProgram& program, Elem
                                     ? std::string("0")
                                     : fmt::format("o{}", k)));
       },
-      "out[i]", names);
+      "out[i]", names, options.fastMath);
   w.line(0, "}}");
 
   if (vector > 1) {
@@ -363,7 +382,7 @@ GeneratedFusedKernel generateFusedKernel(const ir::EltwiseProgram& program, Elem
               return load(fmt::format("q{}.v[e]", k));
           }
         },
-        "r.v[e]", names);
+        "r.v[e]", names, options.fastMath);
     w.line(1, "}}");
     w.line(1, "*reinterpret_cast<{}*>(out + i) = r;", pack);
     w.line(0, "}}");

@@ -21,6 +21,8 @@ struct FusedCodegenOptions {
   int blockThreads = 256;  // threads per block
   int vectorBytes = 16;    // bytes one pack moves (16, 8 or 4); a pack of one element is scalar
   int unroll = 1;          // packs each thread takes per trip of its loop
+  bool fastMath =
+      false;  // the approximate exp, log, division and tanh (fused_ops.cuh's kiln_fast_*)
 };
 
 // One node's kernels: `name`_v (packs of `vector` elements, present when vector > 1) and
@@ -36,6 +38,7 @@ struct GeneratedFusedKernel {
   int elementBytes = 4;
   int blockThreads = 256;
   int unroll = 1;
+  bool fastMath = false;
   // Operands the vector kernel loads as aligned packs (by their pointer, at enqueue).
   bool packedOperand[kMaxBroadcastOperands] = {};
 };

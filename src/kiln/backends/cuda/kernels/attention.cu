@@ -22,8 +22,7 @@ namespace {
 
 constexpr int kWarpSize = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
-constexpr int kWarpRowThreads = 128;
-constexpr int kBlockRowThreads = 512;
+constexpr int kMaxRowThreads = 512;               // eight warp rows, or a 512-thread block a row
 constexpr int64_t kWarpRowLimit = 1024;           // 32 scores a lane
 constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // the row loops cover the rest
 
@@ -76,8 +75,8 @@ __device__ __forceinline__ const T* maskRow(const AttentionSoftmaxArgs& args, in
 // One warp a row, the row in registers. A warp's row is the same for all its lanes, so whole
 // warps enter and leave the row loop together, as the shuffles need.
 template <typename T, int kPerLane>
-__global__ void __launch_bounds__(kWarpRowThreads) warpSoftmaxKernel(AttentionSoftmaxArgs args) {
-  constexpr int kRowsPerBlock = kWarpRowThreads / kWarpSize;
+__global__ void __launch_bounds__(kMaxRowThreads) warpSoftmaxKernel(AttentionSoftmaxArgs args) {
+  const int kRowsPerBlock = static_cast<int>(blockDim.x) / kWarpSize;
   const int64_t rows = args.batch * args.sq;
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock +
@@ -128,7 +127,7 @@ __global__ void __launch_bounds__(kWarpRowThreads) warpSoftmaxKernel(AttentionSo
 // One block a row, three passes over the float scores (which hold the masked scores after the
 // first). The block's row is the same for all its threads, as the barriers need.
 template <typename T>
-__global__ void __launch_bounds__(kBlockRowThreads) blockSoftmaxKernel(AttentionSoftmaxArgs args) {
+__global__ void __launch_bounds__(kMaxRowThreads) blockSoftmaxKernel(AttentionSoftmaxArgs args) {
   __shared__ float shared[kWarpSize];
   const int64_t rows = args.batch * args.sq;
   const int thread = static_cast<int>(threadIdx.x);
@@ -166,7 +165,7 @@ unsigned blocksFor(int64_t count, int64_t perBlock) {
 template <typename T, int kPerLane>
 cudaError_t launchWarpRows(const AttentionSoftmaxArgs& args, int64_t rows, cudaStream_t stream) {
   warpSoftmaxKernel<T, kPerLane>
-      <<<blocksFor(rows, kWarpRowThreads / kWarpSize), kWarpRowThreads, 0, stream>>>(args);
+      <<<blocksFor(rows, args.warpRows), args.warpRows * kWarpSize, 0, stream>>>(args);
   return cudaGetLastError();
 }
 
@@ -177,7 +176,7 @@ cudaError_t launchTyped(const AttentionSoftmaxArgs& args, cudaStream_t stream) {
   if (args.skv <= 8 * kWarpSize) return launchWarpRows<T, 8>(args, rows, stream);
   if (args.skv <= 16 * kWarpSize) return launchWarpRows<T, 16>(args, rows, stream);
   if (args.skv <= kWarpRowLimit) return launchWarpRows<T, 32>(args, rows, stream);
-  blockSoftmaxKernel<T><<<blocksFor(rows, 1), kBlockRowThreads, 0, stream>>>(args);
+  blockSoftmaxKernel<T><<<blocksFor(rows, 1), args.blockThreads, 0, stream>>>(args);
   return cudaGetLastError();
 }
 
@@ -186,6 +185,10 @@ cudaError_t launchTyped(const AttentionSoftmaxArgs& args, cudaStream_t stream) {
 cudaError_t launchAttentionSoftmax(const AttentionSoftmaxArgs& args, cudaStream_t stream) {
   const int64_t rows = args.batch * args.sq;
   if (rows <= 0 || args.skv <= 0) return cudaSuccess;
+  if (args.warpRows < 1 || args.warpRows * kWarpSize > kMaxRowThreads || args.blockThreads < 32 ||
+      args.blockThreads > kMaxRowThreads || args.blockThreads % kWarpSize != 0) {
+    return cudaErrorInvalidValue;
+  }
   switch (args.type) {
     case kGemmFloat32:
       return launchTyped<float>(args, stream);

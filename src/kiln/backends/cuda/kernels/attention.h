@@ -35,6 +35,10 @@ struct AttentionSoftmaxArgs {
   int64_t scoresPitch = 0, probabilitiesPitch = 0;
   AttentionMask mask;
   bool nanToZero = false;
+  // Rows of at most 1024 scores take a warp each, warpRows (1 to 16) a block; longer rows a
+  // block of blockThreads (a multiple of 32 up to 512) each.
+  int warpRows = 4;
+  int blockThreads = 512;
 };
 
 cudaError_t launchAttentionSoftmax(const AttentionSoftmaxArgs& args, cudaStream_t stream);

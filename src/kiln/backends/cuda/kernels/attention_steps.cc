@@ -19,6 +19,8 @@
 // flash_attention.cu's one kernel, which keeps the scores in shared memory and never writes them,
 // for float16 / bfloat16 nodes with D == Dv in {32, 64, 128} and at least one query and one key.
 // Tactic "kiln.attention.flash". Any other node asked for flash takes the unfused tactic.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <optional>
 #include <vector>
@@ -45,6 +47,29 @@ const knobs::Knob kAttentionKernel = knobs::declareKnob({
     // flash rounds the unnormalised probabilities to the storage type and sums them in another
     // order.
     .changesNumerics = true,
+});
+
+const knobs::Knob kAttentionSoftmaxWarpRows = knobs::declareKnob({
+    .name = "cuda.attention.softmax.warp_rows",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"4", "2", "8"},
+    .defaultValue = "4",
+    .help = "unfused attention (cuda.attention.kernel=unfused, and the nodes flash does not take): "
+            "rows of scores its softmax gives a block when each row of up to 1024 keys takes a "
+            "warp",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kAttentionSoftmaxBlockThreads = knobs::declareKnob({
+    .name = "cuda.attention.softmax.block_threads",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"512", "128", "256"},
+    .defaultValue = "512",
+    .help = "unfused attention: threads of the block its softmax gives each row of more than 1024 "
+            "keys",
+    .backends = {"cuda"},
+    .perNode = true,
 });
 
 namespace {
@@ -153,9 +178,12 @@ AttentionMask maskOf(const Context& c, const Step& step, const ir::AttentionGeom
 
 class AttentionStep final : public Step {
  public:
-  AttentionStep(ir::AttentionGeometry geometry, GemmType type, const ProductOptions& options)
+  AttentionStep(ir::AttentionGeometry geometry, GemmType type, const ProductOptions& options,
+                int warpRows, int blockThreads)
       : g_(std::move(geometry)),
         type_(type),
+        warpRows_(warpRows),
+        blockThreads_(blockThreads),
         scores_(scoresShape(g_, type), options, GemmEpilogue{}, false),
         values_(valuesShape(g_, type), options, GemmEpilogue{}, false),
         scoresBytes_(alignUp(g_.batch * g_.sq * rowPitch(g_.skv, kGemmFloat32) *
@@ -175,6 +203,14 @@ class AttentionStep final : public Step {
     const Operands x = operandsOf(c, *this, g_);
     KILN_RETURN_IF_ERROR(scores_.prepare(prepare, x.q, x.k, nullptr, nullptr));
     return values_.prepare(prepare, nullptr, x.v, x.y, nullptr);
+  }
+
+  std::string detail() const override {
+    const std::string softmax = g_.skv <= 1024
+                                    ? fmt::format("a warp a row, {} rows a block", warpRows_)
+                                    : fmt::format("a {}-thread block a row", blockThreads_);
+    return "scores: " + scores_.detail() + "; softmax: " + softmax +
+           "; values: " + values_.detail();
   }
 
   // [scores (float32) | probabilities (reduced types only) | cuBLASLt's workspace].
@@ -217,6 +253,8 @@ class AttentionStep final : public Step {
     softmax.probabilitiesPitch = rowPitch(g_.skv, type_);
     softmax.mask = maskOf(context, *this, g_, maskOffsets_);
     softmax.nanToZero = g_.nanToZero;
+    softmax.warpRows = warpRows_;
+    softmax.blockThreads = blockThreads_;
     KILN_RETURN_IF_ERROR(
         cudaStatus(launchAttentionSoftmax(softmax, context.stream), "the attention softmax"));
     for (int64_t o = 0; o < count; ++o) {
@@ -231,6 +269,8 @@ class AttentionStep final : public Step {
  private:
   const ir::AttentionGeometry g_;
   const GemmType type_;
+  const int warpRows_;
+  const int blockThreads_;
   MatrixProduct scores_;
   MatrixProduct values_;
   const int64_t scoresBytes_;
@@ -320,8 +360,10 @@ std::unique_ptr<Step> makeAttentionStep(const ir::Node& node, const knobs::Route
   if (flash && flashAttentionSupports(*type, g.d, g.dv, g.batch * g.sq, g.skv)) {
     return std::make_unique<FlashAttentionStep>(std::move(*geometry), *type);
   }
-  return std::make_unique<AttentionStep>(std::move(*geometry), *type,
-                                         productOptionsFor(node, route));
+  return std::make_unique<AttentionStep>(
+      std::move(*geometry), *type, productOptionsFor(node, route),
+      std::stoi(route.value(kAttentionSoftmaxWarpRows, &node)),
+      std::stoi(route.value(kAttentionSoftmaxBlockThreads, &node)));
 }
 
 const int kRegistered = registerStepFactory(kRankAttention, "attention", makeAttentionStep);

@@ -19,9 +19,11 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // grid-stride loops cover the rest
 
-int64_t blocksFor(int64_t count) {
-  return std::min<int64_t>((count + kThreads - 1) / kThreads, kMaxBlocks);
+int64_t blocksFor(int64_t count, int threads = kThreads) {
+  return std::min<int64_t>((count + threads - 1) / threads, kMaxBlocks);
 }
+
+bool validBlock(int threads) { return threads >= 32 && threads <= 1024 && threads % 32 == 0; }
 
 using device::load;
 using device::store;
@@ -319,15 +321,18 @@ bool convSupported(ElementType type) {
 
 cudaError_t launchDirectConv(const ConvGeometry& geometry, ElementType type, const void* x,
                              const void* w, const void* bias, const void* residual, void* y,
-                             ConvEpilogue epilogue, cudaStream_t stream) {
+                             ConvEpilogue epilogue, int blockThreads, cudaStream_t stream) {
   const int64_t total =
       geometry.batch * geometry.outChannels * geometry.out[0] * geometry.out[1] * geometry.out[2];
   if (total <= 0) return cudaSuccess;
+  if (!validBlock(blockThreads)) return cudaErrorInvalidValue;
   return device::byFloatType(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    directConvKernel<T><<<static_cast<unsigned>(blocksFor(total)), kThreads, 0, stream>>>(
-        geometry, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
-        static_cast<const T*>(residual), static_cast<T*>(y), epilogue, total);
+    directConvKernel<T>
+        <<<static_cast<unsigned>(blocksFor(total, blockThreads)), blockThreads, 0, stream>>>(
+            geometry, static_cast<const T*>(x), static_cast<const T*>(w),
+            static_cast<const T*>(bias), static_cast<const T*>(residual), static_cast<T*>(y),
+            epilogue, total);
     return cudaGetLastError();
   });
 }
@@ -339,6 +344,9 @@ cudaError_t launchDepthwiseNhwc(const ConvGeometry& g, ElementType type, const v
   if (!depthwiseNhwcFits(g)) return cudaErrorInvalidValue;
   if (tiling.pixels != 1 && tiling.pixels != 2 && tiling.pixels != 4) return cudaErrorInvalidValue;
   if (tiling.blockThreads < 32 || tiling.blockThreads > 1024) return cudaErrorInvalidValue;
+  if (tiling.vectorBytes != 4 && tiling.vectorBytes != 8 && tiling.vectorBytes != 16) {
+    return cudaErrorInvalidValue;
+  }
   const int64_t pixels = g.batch * g.out[1] * g.out[2];
   if (pixels == 0 || g.channels == 0) return cudaSuccess;
   return device::byFloatType(type, [&](auto tag) -> cudaError_t {
@@ -372,8 +380,9 @@ cudaError_t launchDepthwiseNhwc(const ConvGeometry& g, ElementType type, const v
     };
     auto fits = [&](int v) {
       const int bytes = v * static_cast<int>(sizeof(T));
-      return g.channels % v == 0 && aligned(x, bytes) && aligned(w, bytes) &&
-             aligned(bias, bytes) && aligned(residual, bytes) && aligned(y, bytes);
+      return bytes <= tiling.vectorBytes && g.channels % v == 0 && aligned(x, bytes) &&
+             aligned(w, bytes) && aligned(bias, bytes) && aligned(residual, bytes) &&
+             aligned(y, bytes);
     };
     constexpr int kWidest = 16 / static_cast<int>(sizeof(T));
     if (fits(kWidest)) return launch(std::integral_constant<int, kWidest>{});
@@ -386,10 +395,12 @@ cudaError_t launchDepthwiseNhwc(const ConvGeometry& g, ElementType type, const v
 }
 
 cudaError_t launchConvTranspose(const ConvGeometry& geometry, ElementType type, const void* x,
-                                const void* w, const void* bias, void* y, cudaStream_t stream) {
+                                const void* w, const void* bias, void* y, int blockThreads,
+                                cudaStream_t stream) {
   const int64_t total =
       geometry.batch * geometry.outChannels * geometry.out[0] * geometry.out[1] * geometry.out[2];
   if (total <= 0) return cudaSuccess;
+  if (!validBlock(blockThreads)) return cudaErrorInvalidValue;
   if (geometry.group <= 0 || geometry.channels % geometry.group != 0 ||
       geometry.outChannels % geometry.group != 0 || geometry.channelsLast) {
     return cudaErrorInvalidValue;
@@ -399,9 +410,10 @@ cudaError_t launchConvTranspose(const ConvGeometry& geometry, ElementType type, 
   }
   return device::byFloatType(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    convTransposeKernel<T><<<static_cast<unsigned>(blocksFor(total)), kThreads, 0, stream>>>(
-        geometry, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
-        static_cast<T*>(y), total);
+    convTransposeKernel<T>
+        <<<static_cast<unsigned>(blocksFor(total, blockThreads)), blockThreads, 0, stream>>>(
+            geometry, static_cast<const T*>(x), static_cast<const T*>(w),
+            static_cast<const T*>(bias), static_cast<T*>(y), total);
     return cudaGetLastError();
   });
 }

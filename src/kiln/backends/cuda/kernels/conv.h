@@ -63,11 +63,12 @@ struct ConvGeometry {
 // Whether the kernels below take elements of `type` (float32, float16, bfloat16).
 bool convSupported(ElementType type);
 
-// y = act(conv(x, w) + bias + residual), one thread per output element, float accumulation.
-// bias ([M]) and residual (y's shape and strides) may be null; every tensor is of `type`.
+// y = act(conv(x, w) + bias + residual), one thread per output element (`blockThreads`, a
+// multiple of 32 up to 1024, a block), float accumulation. bias ([M]) and residual (y's shape and
+// strides) may be null; every tensor is of `type`.
 cudaError_t launchDirectConv(const ConvGeometry& geometry, ElementType type, const void* x,
                              const void* w, const void* bias, const void* residual, void* y,
-                             ConvEpilogue epilogue, cudaStream_t stream);
+                             ConvEpilogue epilogue, int blockThreads, cudaStream_t stream);
 
 // Whether launchDepthwiseNhwc takes `g`: a depthwise convolution (group == C == M) in NHWC,
 // 2-D (depth 1), with contiguous tensors as kiln.NhwcConv has them (x [N, H, W, C], w [kH, kW,
@@ -80,6 +81,7 @@ bool depthwiseNhwcFits(const ConvGeometry& g);
 struct DepthwiseTiling {
   int pixels = 1;
   int blockThreads = 256;
+  int vectorBytes = 16;  // the widest channel run a thread moves at once: 16, 8 or 4 bytes
 };
 
 // y = act(depthwise(x, w) + bias + residual), one thread per `tiling.pixels` neighbouring output
@@ -96,9 +98,10 @@ cudaError_t launchDepthwiseNhwc(const ConvGeometry& g, ElementType type, const v
 // axis. `geometry` holds channels = C (x's), outChannels = M (y's), in and out the spatial
 // extents of x and y, padBegin as the op's geometry resolved it (negative where output_shape
 // asks for more than the pads give), and wStrides over (c, m within the group, kd, kh, kw).
-// bias ([M]) may be null; float accumulation.
+// bias ([M]) may be null; float accumulation; `blockThreads` threads a block, as launchDirectConv.
 cudaError_t launchConvTranspose(const ConvGeometry& geometry, ElementType type, const void* x,
-                                const void* w, const void* bias, void* y, cudaStream_t stream);
+                                const void* w, const void* bias, void* y, int blockThreads,
+                                cudaStream_t stream);
 
 // In place on a convolution's output of `count` elements of `type`: y = act(y + bias[c] +
 // residual), where element i's channel is (i / inner) % channels (inner: the spatial size for

@@ -6,10 +6,12 @@
 //     respect to its input: X as dY, Y as dX, W as it is) followed by the bias add, the residual
 //     add and the activation, each fused as a POINTWISE node where cuDNN's modes compute exactly
 //     what kiln's op does (cuda.conv.epilogue=separate fuses none);
-//     heuristics (mode A, then the fallback list) give engine configs, of which those that would
-//     not keep the step's accuracy are dropped (below); the first that finalizes is kept
-//     (cuda.conv.algo=heuristic), or the fastest of up to eight timed on the step's own buffers
-//     (timed). What the graph does not fuse runs after it in kiln's epilogue kernel (conv.cu).
+//     heuristics (mode A or B as cuda.conv.heuristics says, then the fallback list) give engine
+//     configs, of which those that would not keep the step's accuracy or want more workspace than
+//     cuda.conv.workspace allows are dropped (below); the first that finalizes is kept
+//     (cuda.conv.algo=heuristic), or the fastest of up to cuda.conv.candidates timed on the
+//     step's own buffers (timed). What the graph does not fuse runs after it in kiln's epilogue
+//     kernel (conv.cu).
 //   - native: kiln's direct kernels (conv.cu), epilogue fused; ConvTranspose gathered per output
 //     element.
 //
@@ -17,11 +19,13 @@
 // the model gave it so (all of its tensors then have the reduced type). cuDNN reads and writes
 // the reduced type with float math (the convolution's compute type, the pointwise math precision
 // and the virtual tensors between them are all float), on tensor cores where an engine has them;
-// kiln's kernels load into float and round once. The engines dropped: down-converted inputs,
-// reduced-precision reductions (fp16 accumulation), FFT and Winograd transforms always, and
-// tensor cores for float32 unless cuda.precision=tf32 allows TF32 for the node (allowsTf32; not
-// for ConvTranspose, whose step records fp32). ConvTranspose also drops nondeterministic engines
-// (atomic accumulation): a run must give the same bits every time.
+// kiln's kernels load into float and round once. The engines dropped: down-converted inputs and
+// reduced-precision reductions (fp16 accumulation), FFT and Winograd transforms, unless
+// cuda.conv.reduced_precision, cuda.conv.fft and cuda.conv.winograd allow them (they change
+// numerics), and tensor cores for float32 unless cuda.precision=tf32 allows TF32 for the node
+// (allowsTf32; not for ConvTranspose, whose step records fp32). ConvTranspose also drops
+// nondeterministic engines (atomic accumulation): a run must give the same bits every time;
+// cuda.conv.nondeterministic=deny drops them for every convolution.
 //
 // Where cuDNN cannot be used the step runs kiln's kernel instead, never the host: at lowering for
 // asymmetric pads (cuDNN pads both ends of a dimension alike), ConvTranspose geometries a forward
@@ -43,6 +47,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -130,11 +135,125 @@ const knobs::Knob kConvDepthwiseBlock = knobs::declareKnob({
     .perNode = true,
 });
 
+const knobs::Knob kConvDepthwiseVector = knobs::declareKnob({
+    .name = "cuda.conv.depthwise.vector",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"16", "8", "4"},
+    .defaultValue = "16",
+    .help = "the widest run of channels, in bytes, a thread of kiln's depthwise kernel loads and "
+            "stores at once (cuda.conv.depthwise=kiln; narrower where the channels or pointers do "
+            "not allow it): narrower runs give more threads fewer bytes each",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kConvNativeBlock = knobs::declareKnob({
+    .name = "cuda.conv.native.block",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"256", "128", "512"},
+    .defaultValue = "256",
+    .help = "threads per block of kiln's direct and transposed convolution kernels (a thread an "
+            "output element; cuda.conv.source=native, and the shapes cuDNN does not take)",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kConvWorkspace = knobs::declareKnob({
+    .name = "cuda.conv.workspace",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"256", "0", "16", "64", "1024"},
+    .defaultValue = "256",
+    .help = "MiB of scratch a cuDNN engine may ask for: engines that want more are passed over "
+            "(0 keeps only engines that need none; more lets the larger-tile and split-K engines "
+            "in, at the arena's cost)",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kConvCandidates = knobs::declareKnob({
+    .name = "cuda.conv.candidates",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"8", "2", "4", "16"},
+    .defaultValue = "8",
+    .help = "how many engine configs cuda.conv.algo=timed times, taken in cuDNN's heuristic "
+            "order (more: a longer build and a better chance of the fastest)",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kConvTimingRuns = knobs::declareKnob({
+    .name = "cuda.conv.timing_runs",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"3", "1", "10"},
+    .defaultValue = "3",
+    .help = "timed runs of each engine config under cuda.conv.algo=timed, after one untimed run "
+            "(more: less noise in the choice, a longer build)",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kConvHeuristics = knobs::declareKnob({
+    .name = "cuda.conv.heuristics",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"a", "b"},
+    .defaultValue = "a",
+    .help = "the cuDNN heuristics that rank engine configs before its fallback list: mode A (fast "
+            "to query, what cuDNN recommends by default) or mode B (a slower, more accurate "
+            "ranking on some problems)",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kConvWinograd = knobs::declareKnob({
+    .name = "cuda.conv.winograd",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"deny", "allow"},
+    .defaultValue = "deny",
+    .help = "cuDNN engines that compute through Winograd transforms: passed over (their results "
+            "drift from the direct sum), or allowed where the heuristics rank them",
+    .backends = {"cuda"},
+    .perNode = true,
+    .changesNumerics = true,
+});
+
+const knobs::Knob kConvFft = knobs::declareKnob({
+    .name = "cuda.conv.fft",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"deny", "allow"},
+    .defaultValue = "deny",
+    .help = "cuDNN engines that compute through FFTs: passed over, or allowed where the "
+            "heuristics rank them",
+    .backends = {"cuda"},
+    .perNode = true,
+    .changesNumerics = true,
+});
+
+const knobs::Knob kConvReducedPrecision = knobs::declareKnob({
+    .name = "cuda.conv.reduced_precision",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"deny", "allow"},
+    .defaultValue = "deny",
+    .help = "cuDNN engines that down-convert their inputs or accumulate in the reduced type "
+            "(float16 sums): passed over, or allowed (faster tensor-core engines, fewer bits)",
+    .backends = {"cuda"},
+    .perNode = true,
+    .changesNumerics = true,
+});
+
+const knobs::Knob kConvNondeterministic = knobs::declareKnob({
+    .name = "cuda.conv.nondeterministic",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"allow", "deny"},
+    .defaultValue = "allow",
+    .help = "cuDNN engines that accumulate with atomics (bits may differ run to run) for forward "
+            "convolutions: allowed, or passed over so every run gives the same bits "
+            "(ConvTranspose passes them over always)",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
 namespace {
 
-constexpr int64_t kMaxCudnnWorkspace = int64_t{256} << 20;
-constexpr size_t kMaxTimedPlans = 8;
-constexpr int kTimedRuns = 3;
 constexpr int64_t kWorkspaceAlignment = 256;
 constexpr int64_t kTensorAlignment = 16;  // every arena, weight and workspace range is 256-aligned
 
@@ -819,8 +938,9 @@ struct CudnnPlan {
   CudnnDescriptor plan;
   int64_t workspace = 0;
   int64_t engine = -1;  // cuDNN's global engine index
-  // Where the config came from: heuristics mode A (0) or its fallback list (1), and its position
-  // in that list (what the timing cache records, with the engine to check it against).
+  // Where the config came from: the heuristics list (kHeuristicModes' index: mode A, mode B or
+  // the fallback list) and its position in that list (what the timing cache records, with the
+  // engine to check it against).
   int heuristics = 0;
   int64_t configIndex = -1;
 };
@@ -829,6 +949,12 @@ struct CudnnPlan {
 struct EngineFilter {
   bool tensorCores = false;    // on tensor cores (reduced types, or tf32 allowed)
   bool deterministic = false;  // no nondeterministic (atomic) accumulation
+  bool winograd = false;       // Winograd transforms allowed (cuda.conv.winograd)
+  bool fft = false;            // FFTs allowed (cuda.conv.fft)
+  bool reducedPrecision =
+      false;  // down-converted inputs, reduced-type sums (cuda.conv.reduced_precision)
+  int64_t maxWorkspace = int64_t{256} << 20;  // bytes (cuda.conv.workspace)
+  int heuristicsMode = 0;                     // kHeuristicModes[heuristicsMode] before the fallback
 };
 
 // Whether `engine` keeps the step's accuracy: no down-converted inputs, reduced-precision
@@ -854,12 +980,17 @@ bool keepsAccuracy(cudnnBackendDescriptor_t engine, const EngineFilter& filter) 
         break;
       case CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS:
       case CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION:
+        if (!filter.reducedPrecision) return false;
+        break;
       case CUDNN_NUMERICAL_NOTE_FFT:
+        if (!filter.fft) return false;
+        break;
       case CUDNN_NUMERICAL_NOTE_WINOGRAD:
       case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_4x4:
       case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_6x6:
       case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_13x13:
-        return false;
+        if (!filter.winograd) return false;
+        break;
       default:
         break;
     }
@@ -900,7 +1031,16 @@ Result<std::vector<CudnnDescriptor>> engineConfigs(const CudnnGraph& graph,
   return configs;
 }
 
-constexpr cudnnBackendHeurMode_t kHeuristicModes[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
+// The heuristics lists: mode A or B (cuda.conv.heuristics), then the fallback list.
+constexpr cudnnBackendHeurMode_t kHeuristicModes[3] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_B,
+                                                       CUDNN_HEUR_MODE_FALLBACK};
+constexpr int kFallbackList = 2;
+constexpr const char* kHeuristicNames[3] = {"A", "B", "fallback"};
+
+// The lists `filter` consults, in order.
+std::array<int, 2> heuristicLists(const EngineFilter& filter) {
+  return {filter.heuristicsMode, kFallbackList};
+}
 
 // An execution plan for `config` if its engine keeps the step's accuracy (keepsAccuracy),
 // finalizes on this device and needs a workspace within kiln's bound; nullopt otherwise.
@@ -932,19 +1072,19 @@ Result<std::optional<CudnnPlan>> planFor(CudnnDescriptor config, cudnnHandle_t h
       cudnnBackendGetAttribute(plan.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                CUDNN_TYPE_INT64, 1, &count, &plan.workspace),
       "reading an execution plan's workspace size"));
-  if (plan.workspace < 0 || plan.workspace > kMaxCudnnWorkspace) return std::optional<CudnnPlan>();
+  if (plan.workspace < 0 || plan.workspace > filter.maxWorkspace) return std::optional<CudnnPlan>();
   plan.config = std::move(config);
   return std::optional<CudnnPlan>(std::move(plan));
 }
 
-// Up to `limit` plans for `graph`, best first by cuDNN's heuristics (mode A; its fallback list
-// when mode A gives none that kiln can use). A heuristics mode that fails adds its reason to
-// `why`.
+// Up to `limit` plans for `graph`, best first by cuDNN's heuristics (the filter's mode; the
+// fallback list when that gives none that kiln can use). A heuristics mode that fails adds its
+// reason to `why`.
 Result<std::vector<CudnnPlan>> findPlans(const CudnnGraph& graph, cudnnHandle_t handle,
                                          size_t limit, const EngineFilter& filter,
                                          std::string& why) {
   std::vector<CudnnPlan> plans;
-  for (int heuristics = 0; heuristics < 2; ++heuristics) {
+  for (int heuristics : heuristicLists(filter)) {
     auto configs = engineConfigs(graph, kHeuristicModes[heuristics]);
     if (!configs.isOk()) {
       why += configs.status().message() + "; ";
@@ -973,7 +1113,10 @@ Result<std::optional<CudnnPlan>> recordedPlan(const CudnnGraph& graph, cudnnHand
                                               const nlohmann::json& record) {
   const int heuristics = record.value("heuristics", -1);
   const int64_t index = record.value("config", int64_t{-1});
-  if (heuristics < 0 || heuristics > 1 || index < 0) return std::optional<CudnnPlan>();
+  const std::array<int, 2> lists = heuristicLists(filter);
+  if (std::find(lists.begin(), lists.end(), heuristics) == lists.end() || index < 0) {
+    return std::optional<CudnnPlan>();
+  }
   auto configs = engineConfigs(graph, kHeuristicModes[heuristics]);
   if (!configs.isOk() || index >= static_cast<int64_t>(configs->size())) {
     return std::optional<CudnnPlan>();
@@ -988,10 +1131,11 @@ Result<std::optional<CudnnPlan>> recordedPlan(const CudnnGraph& graph, cudnnHand
   return plan;
 }
 
-// The timing cache's key for timing `problem`'s plans with `fusion` under `filter`: everything
-// the operation graph and the candidate list depend on.
-std::string timingKey(const ConvProblem& problem, const Fusion& fusion,
-                      const EngineFilter& filter) {
+// The timing cache's key for timing `candidates` of `problem`'s plans `runs` times each with
+// `fusion` under `filter`: everything the operation graph, the candidate list and the timing
+// depend on.
+std::string timingKey(const ConvProblem& problem, const Fusion& fusion, const EngineFilter& filter,
+                      size_t candidates, int runs) {
   const ConvGeometry& g = problem.geometry;
   auto list = [](const int64_t* values, int count) {
     return fmt::format("{}", fmt::join(values, values + count, ","));
@@ -999,7 +1143,8 @@ std::string timingKey(const ConvProblem& problem, const Fusion& fusion,
   return fmt::format(
       "cudnn.conv{} type={} rank={} n={} c={} m={} group={} in={} out={} kernel={} stride={} "
       "dilation={} pad={} x={} w={} y={} bias={} residual={} act={}:{}:{} fuse={}{}{} "
-      "tensor_cores={} deterministic={}",
+      "tensor_cores={} deterministic={} winograd={} fft={} reduced={} workspace={} heuristics={} "
+      "candidates={} runs={}",
       problem.transpose ? "transpose" : "", static_cast<int>(problem.type), problem.spatialRank,
       g.batch, g.channels, g.outChannels, g.group, list(g.in, 3), list(g.out, 3), list(g.kernel, 3),
       list(g.stride, 3), list(g.dilation, 3), list(g.padBegin, 3), list(g.xStrides, 5),
@@ -1007,7 +1152,8 @@ std::string timingKey(const ConvProblem& problem, const Fusion& fusion,
       static_cast<int>(problem.epilogue.activation), problem.epilogue.alpha, problem.epilogue.beta,
       fusion.bias ? "b" : "-", fusion.residual ? "r" : "-",
       fusion.activation ? fmt::format("a{}", static_cast<int>(fusion.activation->mode)) : "-",
-      filter.tensorCores, filter.deterministic);
+      filter.tensorCores, filter.deterministic, filter.winograd, filter.fft,
+      filter.reducedPrecision, filter.maxWorkspace, filter.heuristicsMode, candidates, runs);
 }
 
 Result<CudnnDescriptor> variantPack(const std::vector<int64_t>& uids, std::vector<void*> pointers,
@@ -1031,6 +1177,9 @@ struct ConvChoice {
   bool cudnn = true;
   bool depthwise = false;  // kiln's depthwise NHWC kernel (problem.depthwise is set)
   bool timed = false;
+  size_t candidates = 8;  // configs timed (timed)
+  int nativeBlock = 256;  // threads a block of kiln's direct and transposed kernels
+  int timingRuns = 3;     // timed runs of each (timed)
   bool fuseEpilogue = true;
   DepthwiseTiling tiling;  // kiln's depthwise kernel
   EngineFilter engines;
@@ -1061,7 +1210,9 @@ class ConvStep final : public Step {
         continue;
       }
       // A timed choice: the timing cache's record of it when there is one that still plans.
-      const std::string key = choice_.timed ? timingKey(problem_, fusion, choice_.engines) : "";
+      const std::string key = choice_.timed ? timingKey(problem_, fusion, choice_.engines,
+                                                        choice_.candidates, choice_.timingRuns)
+                                            : "";
       std::vector<CudnnPlan> plans;
       bool cached = false;
       if (auto record = choice_.timed ? prepare.cachedChoice(key) : std::nullopt) {
@@ -1076,8 +1227,9 @@ class ConvStep final : public Step {
         }
       }
       if (!cached) {
-        KILN_ASSIGN_OR_RETURN(plans, findPlans(*graph, handle, choice_.timed ? kMaxTimedPlans : 1,
-                                               choice_.engines, reasons));
+        KILN_ASSIGN_OR_RETURN(plans,
+                              findPlans(*graph, handle, choice_.timed ? choice_.candidates : 1,
+                                        choice_.engines, reasons));
       }
       if (plans.empty()) {
         reasons += fmt::format(
@@ -1106,6 +1258,39 @@ class ConvStep final : public Step {
     return Status::ok();
   }
 
+  std::string detail() const override {
+    if (choice_.depthwise) {
+      return fmt::format(
+          "kiln's depthwise kernel, {} px a thread, {}-thread blocks, runs of up to {} bytes",
+          choice_.tiling.pixels, choice_.tiling.blockThreads, choice_.tiling.vectorBytes);
+    }
+    if (!useCudnn_) {
+      const std::string kernel =
+          fmt::format("kiln's {} kernel, {}-thread blocks",
+                      problem_.transpose ? "transposed" : "direct", choice_.nativeBlock);
+      return fallbackReason_.empty() ? kernel : kernel + ": " + fallbackReason_;
+    }
+    const EngineFilter& f = choice_.engines;
+    std::string allowed;
+    if (f.winograd) allowed += ", Winograd";
+    if (f.fft) allowed += ", FFT";
+    if (f.reducedPrecision) allowed += ", reduced precision";
+    std::string text = fmt::format(
+        "cuDNN, heuristics {}{}; engines within {} MiB of workspace{}{}{}",
+        kHeuristicNames[f.heuristicsMode],
+        choice_.timed
+            ? fmt::format(", {} configs timed {} runs each", choice_.candidates, choice_.timingRuns)
+            : ", the first that plans",
+        f.maxWorkspace >> 20, f.tensorCores ? ", tensor cores" : "",
+        f.deterministic ? ", deterministic" : "",
+        allowed.empty() ? "" : " (allowed" + allowed + ")");
+    if (plan_.engine >= 0) {
+      text += fmt::format("; engine {} (config {} of list {}), workspace {} bytes", plan_.engine,
+                          plan_.configIndex, kHeuristicNames[plan_.heuristics], plan_.workspace);
+    }
+    return text;
+  }
+
   int64_t workspaceBytes() const override {
     if (!useCudnn_) return 0;
     return alignUp(plan_.workspace) + (reorderEachRun() ? weightBytes() : 0);
@@ -1118,9 +1303,9 @@ class ConvStep final : public Step {
     const void* residual = problem_.hasResidual ? context.address(*inputs[3]) : nullptr;
     void* y = context.address(*outputs[0]);
     if (!useCudnn_ && problem_.transpose) {
-      return cudaStatus(
-          launchConvTranspose(problem_.geometry, problem_.type, x, w, bias, y, context.stream),
-          "the transposed convolution kernel");
+      return cudaStatus(launchConvTranspose(problem_.geometry, problem_.type, x, w, bias, y,
+                                            choice_.nativeBlock, context.stream),
+                        "the transposed convolution kernel");
     }
     if (!useCudnn_ && choice_.depthwise) {
       return cudaStatus(launchDepthwiseNhwc(problem_.geometry, problem_.type, x, w, bias, residual,
@@ -1129,7 +1314,7 @@ class ConvStep final : public Step {
     }
     if (!useCudnn_) {
       return cudaStatus(launchDirectConv(problem_.geometry, problem_.type, x, w, bias, residual, y,
-                                         problem_.epilogue, context.stream),
+                                         problem_.epilogue, choice_.nativeBlock, context.stream),
                         "the direct convolution kernel");
     }
     const void* weights = w;
@@ -1276,7 +1461,7 @@ class ConvStep final : public Step {
       }
       KILN_CUDA_CHECK(cudaEventRecord(start.get(), c.stream));
       bool ran = true;
-      for (int run = 0; run < kTimedRuns && ran; ++run) {
+      for (int run = 0; run < choice_.timingRuns && ran; ++run) {
         ran = cudnnBackendExecute(c.cudnn, plans[i].plan.get(), pack.get()) == CUDNN_STATUS_SUCCESS;
       }
       KILN_CUDA_CHECK(cudaEventRecord(stop.get(), c.stream));
@@ -1321,12 +1506,22 @@ std::unique_ptr<Step> makeConvStep(const ir::Node& node, const knobs::Route& rou
   choice.depthwise = problem->depthwise && route.value(kConvDepthwise, &node) == "kiln";
   choice.tiling.pixels = std::stoi(route.value(kConvDepthwisePixels, &node));
   choice.tiling.blockThreads = std::stoi(route.value(kConvDepthwiseBlock, &node));
+  choice.tiling.vectorBytes = std::stoi(route.value(kConvDepthwiseVector, &node));
+  choice.nativeBlock = std::stoi(route.value(kConvNativeBlock, &node));
   choice.timed = route.value(kConvAlgo, &node) == "timed";
+  choice.candidates = static_cast<size_t>(std::stoi(route.value(kConvCandidates, &node)));
+  choice.timingRuns = std::stoi(route.value(kConvTimingRuns, &node));
   choice.fuseEpilogue = route.value(kConvEpilogue, &node) == "fused";
   // TF32 only where the step records it (lower.cc's products; ConvTranspose is not one).
-  choice.engines.tensorCores =
+  EngineFilter& engines = choice.engines;
+  engines.tensorCores =
       problem->type != ElementType::kFloat32 || (!transpose && allowsTf32(node, route));
-  choice.engines.deterministic = transpose;
+  engines.deterministic = transpose || route.value(kConvNondeterministic, &node) == "deny";
+  engines.winograd = route.value(kConvWinograd, &node) == "allow";
+  engines.fft = route.value(kConvFft, &node) == "allow";
+  engines.reducedPrecision = route.value(kConvReducedPrecision, &node) == "allow";
+  engines.maxWorkspace = int64_t{std::stoi(route.value(kConvWorkspace, &node))} << 20;
+  engines.heuristicsMode = route.value(kConvHeuristics, &node) == "b" ? 1 : 0;
   return std::make_unique<ConvStep>(std::move(*problem), choice);
 }
 

@@ -19,15 +19,17 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // grid-stride loops cover the rest
 // Below this many elements (source and destination), the strided gather indexes in 32 bits. A
-// margin below 2^31 keeps `i + gridDim.x * blockDim.x` (at most 2^28 more) from overflowing.
+// margin below 2^31 keeps `i + gridDim.x * blockDim.x` (at most 2^30 more, with 1024-thread
+// blocks) from overflowing.
 constexpr int64_t kNarrowLimit = int64_t{1} << 30;
 
-constexpr int kTile = 32;     // the tiled transpose's tile edge
-constexpr int kTileRows = 8;  // thread rows per tile (each moves kTile / kTileRows elements)
+constexpr int kTile = 32;  // the tiled transpose's tile edge
 
-unsigned blocksFor(int64_t count) {
-  return static_cast<unsigned>(std::min<int64_t>((count + kThreads - 1) / kThreads, kMaxBlocks));
+unsigned blocksFor(int64_t count, int threads = kThreads) {
+  return static_cast<unsigned>(std::min<int64_t>((count + threads - 1) / threads, kMaxBlocks));
 }
+
+bool validBlock(int threads) { return threads >= 32 && threads <= 1024 && threads % 32 == 0; }
 
 using device::bySize;
 
@@ -89,7 +91,7 @@ __global__ void tiledTransposeKernel(TiledTranspose t, const U* __restrict__ src
     const int64_t row0 = rowTile * kTile;
     const int64_t col0 = colTile * kTile;
     // Read: neighbouring threads take neighbouring rows, which are neighbours in the source.
-    for (int k = threadIdx.y; k < kTile; k += kTileRows) {
+    for (int k = threadIdx.y; k < kTile; k += blockDim.y) {
       const int64_t row = row0 + threadIdx.x;
       const int64_t col = col0 + k;
       if (row < t.rows && col < t.cols) {
@@ -98,7 +100,7 @@ __global__ void tiledTransposeKernel(TiledTranspose t, const U* __restrict__ src
     }
     __syncthreads();
     // Write: neighbouring threads take neighbouring cols, which are neighbours in the output.
-    for (int k = threadIdx.y; k < kTile; k += kTileRows) {
+    for (int k = threadIdx.y; k < kTile; k += blockDim.y) {
       const int64_t row = row0 + k;
       const int64_t col = col0 + threadIdx.x;
       if (row < t.rows && col < t.cols) {
@@ -451,18 +453,21 @@ int64_t productOf(const int64_t* dims, int rank) {
 
 cudaError_t launchStridedGather(const StridedGather& gather, const void* src, void* dst,
                                 int elementSize, cudaStream_t stream) {
-  if (!validRank(gather.rank)) return cudaErrorInvalidValue;
+  if (!validRank(gather.rank) || !validBlock(gather.blockThreads)) return cudaErrorInvalidValue;
   const int64_t total = productOf(gather.dims, gather.rank);
   if (total <= 0) return cudaSuccess;
   const bool narrow = total < kNarrowLimit && gather.srcElements < kNarrowLimit;
   return bySize(elementSize, [&](auto tag) {
     using U = decltype(tag);
     if (narrow) {
-      stridedGatherKernel<U, int32_t><<<blocksFor(total), kThreads, 0, stream>>>(
-          gather, static_cast<const U*>(src), static_cast<U*>(dst), static_cast<int32_t>(total));
+      stridedGatherKernel<U, int32_t>
+          <<<blocksFor(total, gather.blockThreads), gather.blockThreads, 0, stream>>>(
+              gather, static_cast<const U*>(src), static_cast<U*>(dst),
+              static_cast<int32_t>(total));
     } else {
-      stridedGatherKernel<U, int64_t><<<blocksFor(total), kThreads, 0, stream>>>(
-          gather, static_cast<const U*>(src), static_cast<U*>(dst), total);
+      stridedGatherKernel<U, int64_t>
+          <<<blocksFor(total, gather.blockThreads), gather.blockThreads, 0, stream>>>(
+              gather, static_cast<const U*>(src), static_cast<U*>(dst), total);
     }
     return cudaGetLastError();
   });
@@ -470,7 +475,10 @@ cudaError_t launchStridedGather(const StridedGather& gather, const void* src, vo
 
 cudaError_t launchTiledTranspose(const TiledTranspose& transpose, const void* src, void* dst,
                                  int elementSize, cudaStream_t stream) {
-  if (!validRank(transpose.batchRank)) return cudaErrorInvalidValue;
+  if (!validRank(transpose.batchRank) || transpose.threadRows < 1 || transpose.threadRows > kTile ||
+      kTile % transpose.threadRows != 0) {
+    return cudaErrorInvalidValue;
+  }
   const int64_t batch = productOf(transpose.batchDims, transpose.batchRank);
   if (batch <= 0 || transpose.rows <= 0 || transpose.cols <= 0) return cudaSuccess;
   const int64_t rowTiles = (transpose.rows + kTile - 1) / kTile;
@@ -479,7 +487,7 @@ cudaError_t launchTiledTranspose(const TiledTranspose& transpose, const void* sr
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(tileCount, kMaxBlocks));
   return bySize(elementSize, [&](auto tag) {
     using U = decltype(tag);
-    tiledTransposeKernel<U><<<blocks, dim3(kTile, kTileRows), 0, stream>>>(
+    tiledTransposeKernel<U><<<blocks, dim3(kTile, transpose.threadRows), 0, stream>>>(
         transpose, static_cast<const U*>(src), static_cast<U*>(dst), rowTiles, colTiles, tileCount);
     return cudaGetLastError();
   });
@@ -489,10 +497,13 @@ cudaError_t launchConcat(const SegmentedCopy& copy, void* big, int elementSize,
                          cudaStream_t stream) {
   const int64_t total = copy.outer * copy.rowWidth;
   if (total <= 0) return cudaSuccess;
-  if (copy.count <= 0 || !copy.starts || !copy.parts) return cudaErrorInvalidValue;
+  if (copy.count <= 0 || !copy.starts || !copy.parts || !validBlock(copy.blockThreads)) {
+    return cudaErrorInvalidValue;
+  }
   return bySize(elementSize, [&](auto tag) {
     using U = decltype(tag);
-    concatKernel<U><<<blocksFor(total), kThreads, 0, stream>>>(copy, static_cast<U*>(big), total);
+    concatKernel<U><<<blocksFor(total, copy.blockThreads), copy.blockThreads, 0, stream>>>(
+        copy, static_cast<U*>(big), total);
     return cudaGetLastError();
   });
 }
@@ -501,11 +512,13 @@ cudaError_t launchSplit(const SegmentedCopy& copy, const void* big, int elementS
                         cudaStream_t stream) {
   const int64_t total = copy.outer * copy.rowWidth;
   if (total <= 0) return cudaSuccess;
-  if (copy.count <= 0 || !copy.starts || !copy.parts) return cudaErrorInvalidValue;
+  if (copy.count <= 0 || !copy.starts || !copy.parts || !validBlock(copy.blockThreads)) {
+    return cudaErrorInvalidValue;
+  }
   return bySize(elementSize, [&](auto tag) {
     using U = decltype(tag);
-    splitKernel<U>
-        <<<blocksFor(total), kThreads, 0, stream>>>(copy, static_cast<const U*>(big), total);
+    splitKernel<U><<<blocksFor(total, copy.blockThreads), copy.blockThreads, 0, stream>>>(
+        copy, static_cast<const U*>(big), total);
     return cudaGetLastError();
   });
 }

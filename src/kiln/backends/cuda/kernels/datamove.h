@@ -26,6 +26,7 @@ struct StridedGather {
   int64_t srcStrides[kMaxMoveRank] = {};
   int64_t srcOffset = 0;
   int64_t srcElements = 0;  // the source's element count: chooses 32- or 64-bit index math
+  int blockThreads = 256;   // threads a block (a multiple of 32 up to 1024)
 };
 cudaError_t launchStridedGather(const StridedGather& gather, const void* src, void* dst,
                                 int elementSize, cudaStream_t stream);
@@ -45,6 +46,7 @@ struct TiledTranspose {
   int64_t srcColStride = 0;  // source elements between neighbouring cols (rows are 1 apart)
   int64_t dstRowStride = 0;  // output elements between neighbouring rows (cols are 1 apart)
   int64_t srcOffset = 0;
+  int threadRows = 8;  // thread rows a 32x32 tile (1, 2, 4, 8, 16 or 32): a 32 x threadRows block
 };
 cudaError_t launchTiledTranspose(const TiledTranspose& transpose, const void* src, void* dst,
                                  int elementSize, cudaStream_t stream);
@@ -59,6 +61,7 @@ struct SegmentedCopy {
   int count = 0;
   const int64_t* starts = nullptr;
   void* const* parts = nullptr;
+  int blockThreads = 256;  // threads a block (a multiple of 32 up to 1024)
 };
 // Concat: the parts are the sources, `big` the destination.
 cudaError_t launchConcat(const SegmentedCopy& copy, void* big, int elementSize,

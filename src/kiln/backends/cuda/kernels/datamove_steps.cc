@@ -31,6 +31,30 @@ const knobs::Knob kTiledTranspose = knobs::declareKnob({
     .perNode = true,
 });
 
+const knobs::Knob kCopyBlock = knobs::declareKnob({
+    .name = "cuda.copy.block",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"256", "128", "512", "1024"},
+    .defaultValue = "256",
+    .help = "threads per block of the strided gather (Transpose, Slice, Expand, Pad and the "
+            "other views that are not one contiguous run or a tiled transpose) and of the "
+            "Concat and Split copies",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kTransposeTileRows = knobs::declareKnob({
+    .name = "cuda.transpose.tile_rows",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"8", "4", "16", "32"},
+    .defaultValue = "8",
+    .help = "thread rows of the tiled transpose's 32x32 tile (cuda.transpose.tiled): each "
+            "thread moves 32 / rows elements each way (8: 256-thread blocks, 4 elements a "
+            "thread; 32: a thread an element)",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
 namespace {
 
 using ir::DType;
@@ -162,6 +186,12 @@ class StridedStep final : public Step {
  public:
   StridedStep(StridedGather gather, int elementSize) : gather_(gather), elementSize_(elementSize) {}
 
+  void setBlockThreads(int threads) { gather_.blockThreads = threads; }
+  std::string detail() const override {
+    return "strided rank " + std::to_string(gather_.rank) + ", " +
+           std::to_string(gather_.blockThreads) + "-thread blocks";
+  }
+
   Status enqueue(const Context& context) const override {
     KILN_CUDA_CHECK(launchStridedGather(gather_, context.address(*inputs[0]),
                                         context.address(*outputs[0]), elementSize_,
@@ -179,6 +209,10 @@ class TiledTransposeStep final : public Step {
  public:
   TiledTransposeStep(TiledTranspose transpose, int elementSize)
       : transpose_(transpose), elementSize_(elementSize) {}
+
+  std::string detail() const override {
+    return "32x32 tiles, " + std::to_string(transpose_.threadRows) + " thread rows";
+  }
 
   Status enqueue(const Context& context) const override {
     KILN_CUDA_CHECK(launchTiledTranspose(transpose_, context.address(*inputs[0]),
@@ -229,8 +263,9 @@ std::optional<TiledTranspose> tiledForm(const View& view) {
 }
 
 // The step for a view of input 0: a plain copy where the view is one contiguous run, the tiled
-// transpose where allowed and it applies, else the strided gather; nullptr past kMaxMoveRank axes.
-std::unique_ptr<Step> makeViewStep(const ir::Node& node, const View& view, bool tiledAllowed,
+// transpose (with `tileRows` thread rows a tile) where allowed (tileRows > 0) and it applies, else
+// the strided gather; nullptr past kMaxMoveRank axes.
+std::unique_ptr<Step> makeViewStep(const ir::Node& node, const View& view, int tileRows,
                                    const char* tactic) {
   const ir::Value* x = node.inputs[0];
   const ir::Value* y = node.outputs[0];
@@ -243,7 +278,8 @@ std::unique_ptr<Step> makeViewStep(const ir::Node& node, const View& view, bool 
     step = std::make_unique<CopyStep>(simple.offset * size, count * size);
   } else if (simple.dims.size() > static_cast<size_t>(kMaxMoveRank)) {
     return nullptr;
-  } else if (auto tiled = tiledAllowed ? tiledForm(simple) : std::nullopt) {
+  } else if (auto tiled = tileRows > 0 ? tiledForm(simple) : std::nullopt) {
+    tiled->threadRows = tileRows;
     step = std::make_unique<TiledTransposeStep>(*tiled, size);
     step->tactic = "kiln.transpose.tiled";
     return step;
@@ -276,7 +312,7 @@ std::unique_ptr<Step> makeViewStep(const ir::Node& node, const View& view, bool 
   return step;
 }
 
-std::unique_ptr<Step> makeTranspose(const ir::Node& node, bool tiled) {
+std::unique_ptr<Step> makeTranspose(const ir::Node& node, int tileRows) {
   const ir::Shape& in = node.inputs[0]->shape;
   const int64_t rank = static_cast<int64_t>(in.rank());
   std::vector<int64_t> reversed(rank);
@@ -291,12 +327,12 @@ std::unique_ptr<Step> makeTranspose(const ir::Node& node, bool tiled) {
     view.strides.push_back(strides[p]);
   }
   if (ir::Shape(view.dims) != node.outputs[0]->shape) return nullptr;
-  return makeViewStep(node, view, tiled, "kiln.transpose");
+  return makeViewStep(node, view, tileRows, "kiln.transpose");
 }
 
 // DepthToSpace: the output [N, C', H*b, W*b] seen as [N, C', H, b, W, b] reads the input
 // channel (i*b + j)*C' + c (DCR) or c*b*b + i*b + j (CRD) at (h, w).
-std::unique_ptr<Step> makeDepthToSpace(const ir::Node& node, bool tiled) {
+std::unique_ptr<Step> makeDepthToSpace(const ir::Node& node, int tileRows) {
   const ir::Shape& in = node.inputs[0]->shape;
   auto block = node.getInt("blocksize", 0);
   auto mode = node.getString("mode", "DCR");
@@ -316,12 +352,12 @@ std::unique_ptr<Step> makeDepthToSpace(const ir::Node& node, bool tiled) {
   if (ir::Shape({in[0], outChannels, in[2] * b, in[3] * b}) != node.outputs[0]->shape) {
     return nullptr;
   }
-  return makeViewStep(node, view, tiled, "kiln.transpose");
+  return makeViewStep(node, view, tileRows, "kiln.transpose");
 }
 
 // SpaceToDepth: the output [N, C*b*b, H/b, W/b] seen as [N, b, b, C, H/b, W/b] reads the input
 // at (c, h*b + i, w*b + j).
-std::unique_ptr<Step> makeSpaceToDepth(const ir::Node& node, bool tiled) {
+std::unique_ptr<Step> makeSpaceToDepth(const ir::Node& node, int tileRows) {
   const ir::Shape& in = node.inputs[0]->shape;
   auto block = node.getInt("blocksize", 0);
   if (in.rank() != 4 || !block.isOk() || *block <= 0) return nullptr;
@@ -334,7 +370,7 @@ std::unique_ptr<Step> makeSpaceToDepth(const ir::Node& node, bool tiled) {
   if (ir::Shape({in[0], in[1] * b * b, in[2] / b, in[3] / b}) != node.outputs[0]->shape) {
     return nullptr;
   }
-  return makeViewStep(node, view, tiled, "kiln.transpose");
+  return makeViewStep(node, view, tileRows, "kiln.transpose");
 }
 
 // Slice: the first element along each axis after ONNX's clamping, then `step` apart; the output
@@ -415,6 +451,12 @@ class SegmentedStep final : public Step {
  public:
   SegmentedStep(bool split, int64_t outer, std::vector<int64_t> starts, int elementSize)
       : split_(split), outer_(outer), starts_(std::move(starts)), elementSize_(elementSize) {}
+
+  void setBlockThreads(int threads) { copy_.blockThreads = threads; }
+  std::string detail() const override {
+    return std::to_string(starts_.size() - 1) + " parts, " + std::to_string(copy_.blockThreads) +
+           "-thread blocks";
+  }
 
   Status prepare(PrepareContext& context) override {
     const auto& parts = split_ ? outputs : inputs;
@@ -1270,14 +1312,16 @@ std::unique_ptr<Step> makeTrilu(const ir::Node& node) {
 
 // --- The factory -------------------------------------------------------------------------------
 
-std::unique_ptr<Step> makeDataMoveStep(const ir::Node& node, const knobs::Route& route) {
+std::unique_ptr<Step> makeMoveStep(const ir::Node& node, const knobs::Route& route) {
   if (!node.domain.empty() || node.inputs.empty() || !node.inputs[0]) return nullptr;
   if (node.outputs.empty() || !node.outputs[0]) return nullptr;
   for (const ir::Value* output : node.outputs) {
     if (output && output->constant) return nullptr;
   }
   const std::string& op = node.opType;
-  const bool tiled = route.value(kTiledTranspose, &node) == "on";
+  const int tiled = route.value(kTiledTranspose, &node) == "on"
+                        ? std::stoi(route.value(kTransposeTileRows, &node))
+                        : 0;
   std::unique_ptr<Step> step;
   if (op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze" ||
       op == "Identity") {
@@ -1318,6 +1362,17 @@ std::unique_ptr<Step> makeDataMoveStep(const ir::Node& node, const knobs::Route&
     return makeTrilu(node);
   }
   if (step) step->tactic = "kiln.copy";
+  return step;
+}
+
+// The step, with the copy kernels' block from cuda.copy.block.
+std::unique_ptr<Step> makeDataMoveStep(const ir::Node& node, const knobs::Route& route) {
+  std::unique_ptr<Step> step = makeMoveStep(node, route);
+  const int threads = std::stoi(route.value(kCopyBlock, &node));
+  if (auto* strided = dynamic_cast<StridedStep*>(step.get())) strided->setBlockThreads(threads);
+  if (auto* segmented = dynamic_cast<SegmentedStep*>(step.get())) {
+    segmented->setBlockThreads(threads);
+  }
   return step;
 }
 

@@ -58,16 +58,18 @@ BroadcastGeometry flatGeometry(int64_t count, int operands) {
 
 namespace {
 
-constexpr int kThreads = 256;
-// Enough blocks to fill an H200 (132 SMs, eight 256-thread blocks each) about four times over;
-// the grid-stride loops cover the rest.
+// Enough 256-thread blocks to fill an H200 (132 SMs, eight each) about four times over; the
+// grid-stride loops cover the rest.
 constexpr int64_t kMaxBlocks = 4096;
 constexpr int kPack = 4;  // elements a thread moves at once on the vector path
 
-unsigned blocksFor(int64_t work) {
+unsigned blocksFor(int64_t work, int threads) {
   return static_cast<unsigned>(
-      std::max<int64_t>(1, std::min<int64_t>((work + kThreads - 1) / kThreads, kMaxBlocks)));
+      std::max<int64_t>(1, std::min<int64_t>((work + threads - 1) / threads, kMaxBlocks)));
 }
+
+// A launch's block: a whole number of warps, at most 1024 threads.
+bool validBlock(int threads) { return threads >= 32 && threads <= 1024 && threads % 32 == 0; }
 
 // --- Element types -------------------------------------------------------------------------------
 
@@ -582,13 +584,14 @@ __global__ void mapKernel(int64_t count, bool vector, const In* x, Out* y, Fn fn
 }
 
 template <typename In, typename Out, typename Fn>
-cudaError_t launchMap(int64_t count, int vectorWidth, const void* x, void* y, Fn fn,
+cudaError_t launchMap(int64_t count, int vectorWidth, int threads, const void* x, void* y, Fn fn,
                       cudaStream_t stream) {
   if (count <= 0) return cudaSuccess;
+  if (!validBlock(threads)) return cudaErrorInvalidValue;
   const bool vector =
       vectorWidth == kPack && count >= kPack && packAligned<In>(x) && packAligned<Out>(y);
   const int64_t work = vector ? count / kPack + count % kPack : count;
-  mapKernel<In, Out, Fn><<<blocksFor(work), kThreads, 0, stream>>>(
+  mapKernel<In, Out, Fn><<<blocksFor(work, threads), threads, 0, stream>>>(
       count, vector, static_cast<const In*>(x), static_cast<Out*>(y), fn);
   return cudaGetLastError();
 }
@@ -1237,8 +1240,9 @@ cudaError_t launchUnary(const UnaryLaunch& launch, cudaStream_t stream) {
       using T = typename std::decay_t<decltype(tag)>::type;
       if constexpr (accepts<T>(Op::kTypes)) {
         using Apply = UnaryApply<T, Op>;
-        return launchMap<T, typename Apply::Out>(launch.count, launch.vectorWidth, launch.x,
-                                                 launch.y, Apply{functor}, stream);
+        return launchMap<T, typename Apply::Out>(launch.count, launch.vectorWidth,
+                                                 launch.blockThreads, launch.x, launch.y,
+                                                 Apply{functor}, stream);
       } else {
         return cudaErrorInvalidValue;
       }
@@ -1279,7 +1283,8 @@ cudaError_t launchBinary(const BinaryLaunch& launch, cudaStream_t stream) {
         const void* operands[2] = {launch.a, launch.b};
         const bool vector = flatVectorOk<T>(g, launch.vectorWidth, operands, 2, launch.y,
                                             static_cast<int>(sizeof(Out)));
-        binaryKernel<T, Apply><<<blocksFor(flatWork(g, vector)), kThreads, 0, stream>>>(
+        binaryKernel<T, Apply><<<blocksFor(flatWork(g, vector), launch.blockThreads),
+                                 launch.blockThreads, 0, stream>>>(
             g, vector, static_cast<const T*>(launch.a), static_cast<const T*>(launch.b),
             static_cast<Out*>(launch.y), Apply{functor});
         return cudaGetLastError();
@@ -1307,9 +1312,10 @@ cudaError_t launchPow(const PowLaunch& launch, cudaStream_t stream) {
     if constexpr (kIsBool<T>) {
       return cudaErrorInvalidValue;
     } else {
-      powKernel<T><<<blocksFor(launch.geometry.count), kThreads, 0, stream>>>(
-          launch.geometry, mode, launch.exponent, static_cast<const T*>(launch.a), launch.b,
-          static_cast<T*>(launch.y));
+      powKernel<T><<<blocksFor(launch.geometry.count, launch.blockThreads), launch.blockThreads, 0,
+                     stream>>>(launch.geometry, mode, launch.exponent,
+                               static_cast<const T*>(launch.a), launch.b,
+                               static_cast<T*>(launch.y));
       return cudaGetLastError();
     }
   });
@@ -1321,7 +1327,7 @@ cudaError_t launchWhere(const WhereLaunch& launch, cudaStream_t stream) {
   if (g.count <= 0) return cudaSuccess;
   auto run = [&](auto word) {
     using U = std::decay_t<decltype(word)>;
-    whereKernel<U><<<blocksFor(g.count), kThreads, 0, stream>>>(
+    whereKernel<U><<<blocksFor(g.count, launch.blockThreads), launch.blockThreads, 0, stream>>>(
         g, static_cast<const uint8_t*>(launch.condition), static_cast<const U*>(launch.x),
         static_cast<const U*>(launch.y), static_cast<U*>(launch.out));
     return cudaGetLastError();
@@ -1360,8 +1366,9 @@ cudaError_t launchVariadic(const VariadicLaunch& launch, cudaStream_t stream) {
     if constexpr (kIsBool<T>) {
       return cudaErrorInvalidValue;
     } else {
-      variadicKernel<T><<<blocksFor(g.count), kThreads, 0, stream>>>(g, launch.op, inputs,
-                                                                     static_cast<T*>(launch.y));
+      variadicKernel<T>
+          <<<blocksFor(g.count, launch.blockThreads), launch.blockThreads, 0, stream>>>(
+              g, launch.op, inputs, static_cast<T*>(launch.y));
       return cudaGetLastError();
     }
   });
@@ -1389,7 +1396,7 @@ cudaError_t launchClip(const ClipLaunch& launch, cudaStream_t stream) {
       const bool vector = launch.vectorWidth == kPack && launch.count >= kPack &&
                           packAligned<T>(launch.x) && packAligned<T>(launch.y);
       const int64_t work = vector ? launch.count / kPack + launch.count % kPack : launch.count;
-      clipKernel<T><<<blocksFor(work), kThreads, 0, stream>>>(
+      clipKernel<T><<<blocksFor(work, launch.blockThreads), launch.blockThreads, 0, stream>>>(
           launch.count, vector, static_cast<const T*>(launch.x), static_cast<T*>(launch.y),
           static_cast<const T*>(launch.min), static_cast<const T*>(launch.max), low, high);
       return cudaGetLastError();
@@ -1404,8 +1411,8 @@ cudaError_t launchCast(const CastLaunch& launch, cudaStream_t stream) {
     using From = typename std::decay_t<decltype(fromTag)>::type;
     return device::byElementType(launch.to, [&](auto toTag) {
       using To = typename std::decay_t<decltype(toTag)>::type;
-      return launchMap<From, To>(launch.count, launch.vectorWidth, launch.x, launch.y,
-                                 CastApply<From, To>{}, stream);
+      return launchMap<From, To>(launch.count, launch.vectorWidth, launch.blockThreads, launch.x,
+                                 launch.y, CastApply<From, To>{}, stream);
     });
   });
 }
@@ -1426,8 +1433,9 @@ cudaError_t launchFused(const FusedLaunch& launch, cudaStream_t stream) {
     if constexpr (std::is_same_v<Compute<T>, float>) {
       const bool vector = flatVectorOk<T>(g, launch.vectorWidth, inputs.pointers, g.operands,
                                           launch.y, static_cast<int>(sizeof(T)));
-      fusedKernel<T><<<blocksFor(flatWork(g, vector)), kThreads, 0, stream>>>(
-          g, launch.program, vector, inputs, static_cast<T*>(launch.y));
+      fusedKernel<T>
+          <<<blocksFor(flatWork(g, vector), launch.blockThreads), launch.blockThreads, 0, stream>>>(
+              g, launch.program, vector, inputs, static_cast<T*>(launch.y));
       return cudaGetLastError();
     } else {
       return cudaErrorInvalidValue;

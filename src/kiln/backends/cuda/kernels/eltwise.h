@@ -20,8 +20,6 @@
 
 namespace kiln::cuda {
 
-class Step;
-
 // The element types of the kernels, one per ir::DType (bool is stored as one byte, 0 or 1).
 enum class ElementType : int {
   kFloat32,
@@ -121,6 +119,7 @@ struct UnaryLaunch {
   int vectorWidth = 4;
   const void* x = nullptr;
   void* y = nullptr;
+  int blockThreads = 256;  // threads a block (cuda.eltwise.block): 128, 256, 512 or 1024
 };
 
 bool unarySupported(UnaryOp op, ElementType type);
@@ -161,6 +160,7 @@ struct BinaryLaunch {
   const void* a = nullptr;
   const void* b = nullptr;
   void* y = nullptr;
+  int blockThreads = 256;  // threads a block (cuda.eltwise.block): 128, 256, 512 or 1024
 };
 
 bool binarySupported(BinaryOp op, ElementType type);
@@ -176,6 +176,7 @@ struct PowLaunch {
   const void* a = nullptr;
   const void* b = nullptr;
   void* y = nullptr;
+  int blockThreads = 256;  // threads a block (cuda.eltwise.block): 128, 256, 512 or 1024
 };
 
 bool powSupported(ElementType base, ElementType exponent);
@@ -191,6 +192,7 @@ struct WhereLaunch {
   const void* x = nullptr;
   const void* y = nullptr;
   void* out = nullptr;
+  int blockThreads = 256;  // threads a block (cuda.eltwise.block): 128, 256, 512 or 1024
 };
 
 cudaError_t launchWhere(const WhereLaunch& launch, cudaStream_t stream);
@@ -205,6 +207,7 @@ struct VariadicLaunch {
   BroadcastGeometry geometry;  // geometry.operands inputs
   const void* inputs[kMaxBroadcastOperands] = {};
   void* y = nullptr;
+  int blockThreads = 256;  // threads a block (cuda.eltwise.block): 128, 256, 512 or 1024
 };
 
 bool variadicSupported(VariadicOp op, ElementType type);
@@ -226,6 +229,7 @@ struct ClipLaunch {
   const void* max = nullptr;
   double floatMin = -std::numeric_limits<double>::infinity();
   double floatMax = std::numeric_limits<double>::infinity();
+  int blockThreads = 256;  // threads a block (cuda.eltwise.block): 128, 256, 512 or 1024
 };
 
 bool clipSupported(ElementType type);
@@ -241,6 +245,7 @@ struct CastLaunch {
   int vectorWidth = 4;
   const void* x = nullptr;
   void* y = nullptr;
+  int blockThreads = 256;  // threads a block (cuda.eltwise.block): 128, 256, 512 or 1024
 };
 
 bool castSupported(ElementType from, ElementType to);
@@ -301,16 +306,11 @@ struct FusedLaunch {
   int vectorWidth = 4;
   const void* inputs[kMaxBroadcastOperands] = {};
   void* y = nullptr;
+  int blockThreads = 256;  // threads a block (cuda.eltwise.block): 128, 256, 512 or 1024
 };
 
 bool fusedSupported(ElementType type);
 
 cudaError_t launchFused(const FusedLaunch& launch, cudaStream_t stream);
-
-// --- Steps -------------------------------------------------------------------------------------
-
-// The launch parameters an elementwise step chose ("flat, vector 4", "strided rank 3"), for
-// `kiln inspect` and tests; "" for a step that is not one of eltwise_steps.cc's.
-std::string eltwiseStepDetail(const Step& step);
 
 }  // namespace kiln::cuda

@@ -32,6 +32,18 @@ const knobs::Knob kEltwiseVectorWidth = knobs::declareKnob({
     .perNode = true,
 });
 
+const knobs::Knob kEltwiseBlock = knobs::declareKnob({
+    .name = "cuda.eltwise.block",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"256", "128", "512", "1024"},
+    .defaultValue = "256",
+    .help = "threads per block of kiln's prebuilt elementwise kernels (unary, binary, Clip, Cast, "
+            "Pow, Where, Sum/Mean/Max/Min, and the FusedElementwise interpreter; generated "
+            "kernels take cuda.eltwise.codegen.block)",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
 const knobs::Knob kEltwiseCodegen = knobs::declareKnob({
     .name = "cuda.eltwise.codegen",
     .kind = knobs::KnobKind::kEnum,
@@ -65,6 +77,18 @@ const knobs::Knob kEltwiseCodegenVectorBytes = knobs::declareKnob({
             "one float32 element, so no packs",
     .backends = {"cuda"},
     .perNode = true,
+});
+
+const knobs::Knob kEltwiseCodegenFastMath = knobs::declareKnob({
+    .name = "cuda.eltwise.codegen.fast_math",
+    .kind = knobs::KnobKind::kBool,
+    .defaultValue = "off",
+    .help = "generated elementwise kernels compute Exp, Log, Sigmoid, Tanh, GELU (tanh form), "
+            "Div and Reciprocal with the hardware's approximations (__expf, __logf, __fdividef, "
+            "tanh.approx) instead of the correctly rounded functions",
+    .backends = {"cuda"},
+    .perNode = true,
+    .changesNumerics = true,
 });
 
 const knobs::Knob kEltwiseCodegenUnroll = knobs::declareKnob({
@@ -165,6 +189,16 @@ std::optional<BroadcastGeometry> broadcastGeometry(const ir::Shape& output,
   return g;
 }
 
+int blockThreadsFor(const ir::Node& node, const knobs::Route& route) {
+  return std::stoi(route.value(kEltwiseBlock, &node));
+}
+
+// ", 256-thread blocks": a launch's block, for detail().
+template <typename Launch>
+std::string blockText(const Launch& launch) {
+  return ", " + std::to_string(launch.blockThreads) + "-thread blocks";
+}
+
 int vectorWidthFor(const ir::Node& node, const knobs::Route& route) {
   return route.value(kEltwiseVectorWidth, &node) == "1" ? 1 : 4;
 }
@@ -177,10 +211,8 @@ std::string geometryDetail(const BroadcastGeometry& g, int vectorWidth) {
 
 // --- Steps -------------------------------------------------------------------------------------
 
-class EltwiseStep : public Step {
- public:
-  virtual std::string detail() const = 0;
-};
+// Every step of this file: each says its launch in detail().
+class EltwiseStep : public Step {};
 
 class UnaryStep final : public EltwiseStep {
  public:
@@ -196,7 +228,7 @@ class UnaryStep final : public EltwiseStep {
   }
 
   std::string detail() const override {
-    return "flat, vector width " + std::to_string(launch_.vectorWidth);
+    return "flat, vector width " + std::to_string(launch_.vectorWidth) + blockText(launch_);
   }
 
  private:
@@ -223,7 +255,7 @@ class ClipStep final : public EltwiseStep {
   }
 
   std::string detail() const override {
-    return "flat, vector width " + std::to_string(launch_.vectorWidth);
+    return "flat, vector width " + std::to_string(launch_.vectorWidth) + blockText(launch_);
   }
 
  private:
@@ -244,7 +276,7 @@ class CastStep final : public EltwiseStep {
   }
 
   std::string detail() const override {
-    return "flat, vector width " + std::to_string(launch_.vectorWidth);
+    return "flat, vector width " + std::to_string(launch_.vectorWidth) + blockText(launch_);
   }
 
  private:
@@ -266,7 +298,7 @@ class BinaryStep final : public EltwiseStep {
   }
 
   std::string detail() const override {
-    return geometryDetail(launch_.geometry, launch_.vectorWidth);
+    return geometryDetail(launch_.geometry, launch_.vectorWidth) + blockText(launch_);
   }
 
  private:
@@ -287,7 +319,9 @@ class PowStep final : public EltwiseStep {
     return Status::ok();
   }
 
-  std::string detail() const override { return geometryDetail(launch_.geometry, 1); }
+  std::string detail() const override {
+    return geometryDetail(launch_.geometry, 1) + blockText(launch_);
+  }
 
  private:
   PowLaunch launch_;
@@ -308,7 +342,9 @@ class WhereStep final : public EltwiseStep {
     return Status::ok();
   }
 
-  std::string detail() const override { return geometryDetail(launch_.geometry, 1); }
+  std::string detail() const override {
+    return geometryDetail(launch_.geometry, 1) + blockText(launch_);
+  }
 
  private:
   WhereLaunch launch_;
@@ -329,7 +365,9 @@ class VariadicStep final : public EltwiseStep {
     return Status::ok();
   }
 
-  std::string detail() const override { return geometryDetail(launch_.geometry, 1); }
+  std::string detail() const override {
+    return geometryDetail(launch_.geometry, 1) + blockText(launch_);
+  }
 
  private:
   VariadicLaunch launch_;
@@ -352,7 +390,7 @@ class FusedStep final : public EltwiseStep {
 
   std::string detail() const override {
     return geometryDetail(launch_.geometry, launch_.vectorWidth) + ", " +
-           std::to_string(launch_.program.length) + " instructions";
+           std::to_string(launch_.program.length) + " instructions" + blockText(launch_);
   }
 
  private:
@@ -405,9 +443,9 @@ class GeneratedFusedStep final : public EltwiseStep {
   }
 
   std::string detail() const override {
-    return fmt::format("generated {}, vector {} ({} bytes), block {}, unroll {}", kernel_.name,
+    return fmt::format("generated {}, vector {} ({} bytes), block {}, unroll {}{}", kernel_.name,
                        kernel_.vector, kernel_.vector * kernel_.elementBytes, kernel_.blockThreads,
-                       kernel_.unroll);
+                       kernel_.unroll, kernel_.fastMath ? ", fast math" : "");
   }
 
  private:
@@ -488,6 +526,7 @@ std::unique_ptr<Step> makeUnary(const ir::Node& node, const UnaryEntry& entry,
   const auto type = elementTypeOf(x);
   if (!type || x->shape != y->shape) return nullptr;
   UnaryLaunch launch;
+  launch.blockThreads = blockThreadsFor(node, route);
   launch.op = entry.op;
   launch.type = *type;
   if (entry.alphaAttribute) {
@@ -530,6 +569,7 @@ std::unique_ptr<Step> makeClip(const ir::Node& node, const knobs::Route& route) 
     return nullptr;
   }
   ClipLaunch launch;
+  launch.blockThreads = blockThreadsFor(node, route);
   launch.type = *type;
   if (node.opsetVersion < 11) {
     // The attributes, defaulting to float's range as the reference (and the spec) do.
@@ -558,6 +598,7 @@ std::unique_ptr<Step> makeCast(const ir::Node& node, const knobs::Route& route) 
   const auto to = elementTypeOf(y);
   if (!from || !to || !castSupported(*from, *to) || x->shape != y->shape) return nullptr;
   CastLaunch launch;
+  launch.blockThreads = blockThreadsFor(node, route);
   launch.from = *from;
   launch.to = *to;
   launch.count = x->shape.elementCount();
@@ -638,6 +679,7 @@ std::unique_ptr<Step> makeGenerated(const ir::Node& node, const ir::EltwiseProgr
   options.blockThreads = std::stoi(route.value(kEltwiseCodegenBlock, &node));
   options.vectorBytes = std::stoi(route.value(kEltwiseCodegenVectorBytes, &node));
   options.unroll = std::stoi(route.value(kEltwiseCodegenUnroll, &node));
+  options.fastMath = route.value(kEltwiseCodegenFastMath, &node) == "on";
   return withTactic(
       std::make_unique<GeneratedFusedStep>(generateFusedKernel(program, type, geometry, options)),
       tactic);
@@ -689,6 +731,7 @@ std::unique_ptr<Step> makeBinary(const ir::Node& node, BinaryOp op, const knobs:
     }
   }
   BinaryLaunch launch;
+  launch.blockThreads = blockThreadsFor(node, route);
   launch.op = op;
   launch.type = *type;
   launch.geometry = *geometry;
@@ -696,7 +739,7 @@ std::unique_ptr<Step> makeBinary(const ir::Node& node, BinaryOp op, const knobs:
   return withTactic(std::make_unique<BinaryStep>(launch), "kiln.binary");
 }
 
-std::unique_ptr<Step> makePow(const ir::Node& node) {
+std::unique_ptr<Step> makePow(const ir::Node& node, const knobs::Route& route) {
   if (node.inputs.size() != 2 || !node.inputs[1]) return nullptr;
   const ir::Value* y = node.outputs[0];
   const auto base = elementTypeOf(node.inputs[0]);
@@ -708,6 +751,7 @@ std::unique_ptr<Step> makePow(const ir::Node& node) {
   auto geometry = broadcastGeometry(y->shape, *shapes);
   if (!geometry) return nullptr;
   PowLaunch launch;
+  launch.blockThreads = blockThreadsFor(node, route);
   launch.base = *base;
   launch.exponent = *exponent;
   launch.geometry = *geometry;
@@ -716,7 +760,7 @@ std::unique_ptr<Step> makePow(const ir::Node& node) {
 
 // --- Where, variadic ---------------------------------------------------------------------------
 
-std::unique_ptr<Step> makeWhere(const ir::Node& node) {
+std::unique_ptr<Step> makeWhere(const ir::Node& node, const knobs::Route& route) {
   if (node.inputs.size() != 3) return nullptr;
   for (const ir::Value* input : node.inputs) {
     if (!input) return nullptr;
@@ -730,12 +774,13 @@ std::unique_ptr<Step> makeWhere(const ir::Node& node) {
       y->shape, {node.inputs[0]->shape, node.inputs[1]->shape, node.inputs[2]->shape});
   if (!geometry) return nullptr;
   WhereLaunch launch;
+  launch.blockThreads = blockThreadsFor(node, route);
   launch.elementBytes = static_cast<int>(ir::dtypeSize(y->dtype));
   launch.geometry = *geometry;
   return withTactic(std::make_unique<WhereStep>(launch), "kiln.binary");
 }
 
-std::unique_ptr<Step> makeVariadic(const ir::Node& node, VariadicOp op) {
+std::unique_ptr<Step> makeVariadic(const ir::Node& node, VariadicOp op, const knobs::Route& route) {
   const ir::Value* y = node.outputs[0];
   const auto type = elementTypeOf(y);
   if (!type || !variadicSupported(op, *type) || node.inputs.empty() ||
@@ -750,6 +795,7 @@ std::unique_ptr<Step> makeVariadic(const ir::Node& node, VariadicOp op) {
   auto geometry = broadcastGeometry(y->shape, shapes);
   if (!geometry) return nullptr;
   VariadicLaunch launch;
+  launch.blockThreads = blockThreadsFor(node, route);
   launch.op = op;
   launch.type = *type;
   launch.geometry = *geometry;
@@ -788,6 +834,7 @@ std::unique_ptr<Step> makeFused(const ir::Node& node, const knobs::Route& route)
     return generated;
   }
   FusedLaunch launch;
+  launch.blockThreads = blockThreadsFor(node, route);
   launch.type = *type;
   launch.geometry = *geometry;
   launch.vectorWidth = vectorWidthFor(node, route);
@@ -824,12 +871,12 @@ std::unique_ptr<Step> makeEltwiseStep(const ir::Node& node, const knobs::Route& 
   }
   if (op == "Clip") return makeClip(node, route);
   if (op == "Cast" || op == "CastLike") return makeCast(node, route);
-  if (op == "Pow") return makePow(node);
-  if (op == "Where") return makeWhere(node);
-  if (op == "Sum") return makeVariadic(node, VariadicOp::kSum);
-  if (op == "Mean") return makeVariadic(node, VariadicOp::kMean);
+  if (op == "Pow") return makePow(node, route);
+  if (op == "Where") return makeWhere(node, route);
+  if (op == "Sum") return makeVariadic(node, VariadicOp::kSum, route);
+  if (op == "Mean") return makeVariadic(node, VariadicOp::kMean, route);
   if ((op == "Max" || op == "Min") && node.inputs.size() != 2) {
-    return makeVariadic(node, op == "Max" ? VariadicOp::kMax : VariadicOp::kMin);
+    return makeVariadic(node, op == "Max" ? VariadicOp::kMax : VariadicOp::kMin, route);
   }
   if (auto binary = binaryOpOf(node)) return makeBinary(node, *binary, route);
   return nullptr;
@@ -838,10 +885,5 @@ std::unique_ptr<Step> makeEltwiseStep(const ir::Node& node, const knobs::Route& 
 const int kRegistered = registerStepFactory(kRankEltwise, "eltwise", makeEltwiseStep);
 
 }  // namespace
-
-std::string eltwiseStepDetail(const Step& step) {
-  const auto* eltwise = dynamic_cast<const EltwiseStep*>(&step);
-  return eltwise ? eltwise->detail() : "";
-}
 
 }  // namespace kiln::cuda

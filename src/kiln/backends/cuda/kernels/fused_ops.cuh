@@ -62,6 +62,26 @@ __device__ __forceinline__ float kiln_min(float x, float y) {
   return y < x ? y : x;
 }
 
+// cuda.eltwise.codegen.fast_math (generated kernels only): the hardware's approximations, a few
+// ulps off and with narrower special cases (__fdividef gives 0 for divisors past 2^126; __expf
+// and __logf go through ex2.approx and lg2.approx; tanh.approx has about 11 good bits).
+__device__ __forceinline__ float kiln_fast_exp(float x) { return __expf(x); }
+__device__ __forceinline__ float kiln_fast_log(float x) { return __logf(x); }
+__device__ __forceinline__ float kiln_fast_div(float x, float y) { return __fdividef(x, y); }
+__device__ __forceinline__ float kiln_fast_reciprocal(float x) { return __fdividef(1.0f, x); }
+__device__ __forceinline__ float kiln_fast_sigmoid(float x) {
+  return __fdividef(1.0f, 1.0f + __expf(-x));
+}
+__device__ __forceinline__ float kiln_fast_tanh(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float kiln_fast_gelu_tanh(float x) {
+  return __fdividef(x,
+                    1.0f + __expf(-2.0f * 0.79788456080286535588f * (x + 0.044715f * x * x * x)));
+}
+
 // float16 and bfloat16 by their bits (unsigned short), rounding to nearest even on the way out.
 __device__ __forceinline__ float kiln_half_to_float(unsigned short h) {
   float f;

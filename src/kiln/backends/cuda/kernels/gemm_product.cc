@@ -26,10 +26,6 @@ namespace kiln::cuda {
 
 namespace {
 
-constexpr uint64_t kMaxLtWorkspace = uint64_t{32} << 20;
-constexpr int kTimedCandidates = 8;
-constexpr int kTimedRuns = 3;
-
 // An algorithm's opaque bytes as hex: what the timing cache checks a recorded choice against.
 std::string algoHex(const cublasLtMatmulAlgo_t& algo) {
   std::string hex;
@@ -202,9 +198,10 @@ struct MatrixProduct::Lt {
     return layout(&d, s.outputType, s.n, s.m, s.pitchC(), s.batch, s.strideC);
   }
 
-  // Up to `count` algorithms, best first by cuBLASLt's heuristics; empty (with `why` said) when
-  // cuBLASLt has none for these descriptors.
+  // Up to `count` algorithms within `options`' workspace and reduction schemes, best first by
+  // cuBLASLt's heuristics; empty (with `why` said) when cuBLASLt has none for these descriptors.
   std::vector<cublasLtMatmulHeuristicResult_t> candidates(cublasLtHandle_t handle, int count,
+                                                          const ProductOptions& options,
                                                           std::string& why) const {
     cublasLtMatmulPreference_t preference = nullptr;
     std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(count));
@@ -216,8 +213,12 @@ struct MatrixProduct::Lt {
         status = cublasLtMatmulPreferenceSetAttribute(preference, attribute, value, bytes);
       }
     };
-    setPreference(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kMaxLtWorkspace,
-                  sizeof(kMaxLtWorkspace));
+    const uint64_t maxWorkspace = options.maxWorkspace;
+    setPreference(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &maxWorkspace, sizeof(maxWorkspace));
+    if (!options.splitK) {
+      const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE;
+      setPreference(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes));
+    }
     setPreference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &alignX, sizeof(alignX));
     setPreference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &alignY, sizeof(alignY));
     setPreference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &alignC, sizeof(alignC));
@@ -234,7 +235,7 @@ struct MatrixProduct::Lt {
     std::vector<cublasLtMatmulHeuristicResult_t> usable;
     for (int i = 0; i < returned; ++i) {
       const auto& result = results[static_cast<size_t>(i)];
-      if (result.state == CUBLAS_STATUS_SUCCESS && result.workspaceSize <= kMaxLtWorkspace) {
+      if (result.state == CUBLAS_STATUS_SUCCESS && result.workspaceSize <= maxWorkspace) {
         usable.push_back(result);
       }
     }
@@ -262,10 +263,20 @@ MatrixProduct::MatrixProduct(const ProductShape& shape, const ProductOptions& op
   KILN_CHECK(shape.outputType == kGemmFloat32 || shape.outputType == shape.inputType);
   useLt_ = options.source == ProductSource::kCublasLt && cublasLtCanTake(shape);
   planFusion(useLt_);
-  detail_ = useLt_ ? "cuBLASLt (algorithm chosen at prepare)" : "kiln's tiled GEMM kernel";
+  detail_ = useLt_ ? "cuBLASLt (algorithm chosen at prepare; " + preferenceText() + ")"
+                   : "kiln's tiled GEMM kernel";
 }
 
 MatrixProduct::~MatrixProduct() { delete lt_; }
+
+std::string MatrixProduct::preferenceText() const {
+  return fmt::format(
+      "workspace within {} MiB, split-K {}{}", options_.maxWorkspace >> 20,
+      options_.splitK ? "allowed" : "denied",
+      options_.algorithm == AlgorithmChoice::kTimed
+          ? fmt::format(", up to {} timed {} runs each", options_.candidates, options_.timingRuns)
+          : "");
+}
 
 void MatrixProduct::planFusion(bool useLt) {
   biasPlace_ = BiasPlace::kEpilogueKernel;
@@ -292,8 +303,11 @@ void MatrixProduct::planFusion(bool useLt) {
       return;  // the bias goes to the kernel, and the activation after it
     }
   }
-  // cuBLASLt's RELU is max(x, 0); its GELU is the tanh approximation, not kiln's erf form.
-  fuseActivation_ = e.activation == kGemmActivationRelu || e.activation == kGemmActivationGeluTanh;
+  // cuBLASLt's RELU is max(x, 0); its GELU is the tanh approximation, not kiln's erf form (which
+  // it takes only where cuda.gemm.gelu_epilogue=tanh allows the approximation).
+  fuseActivation_ = e.activation == kGemmActivationRelu ||
+                    e.activation == kGemmActivationGeluTanh ||
+                    (e.activation == kGemmActivationGelu && options_.geluAsTanh);
 }
 
 bool MatrixProduct::epilogueKernelRuns() const {
@@ -331,7 +345,7 @@ Status MatrixProduct::prepareLt(PrepareContext& prepare, const void* a, const vo
   lt.alignX = alignmentOf(b, s.strideB, s.inputType, s.batch);
   lt.alignY = alignmentOf(a, s.strideA, s.inputType, s.batch);
   lt.alignD = alignmentOf(c, s.strideC, s.outputType, s.batch);
-  const int count = options_.algorithm == AlgorithmChoice::kTimed ? kTimedCandidates : 1;
+  const int count = options_.algorithm == AlgorithmChoice::kTimed ? options_.candidates : 1;
   // Tiers: the epilogue as planned, then (if that had a fused part) the bare product with kiln's
   // epilogue kernel after it.
   std::string why;
@@ -345,7 +359,8 @@ Status MatrixProduct::prepareLt(PrepareContext& prepare, const void* a, const vo
     }
     const bool vectorBias = hasBias_ && biasPlace_ == BiasPlace::kLtVector;
     cublasLtEpilogue_t mode = CUBLASLT_EPILOGUE_DEFAULT;
-    const bool gelu = epilogue_.activation == kGemmActivationGeluTanh;
+    const bool gelu = epilogue_.activation == kGemmActivationGeluTanh ||
+                      epilogue_.activation == kGemmActivationGelu;
     if (vectorBias) {
       mode = !fuseActivation_ ? CUBLASLT_EPILOGUE_BIAS
              : gelu           ? CUBLASLT_EPILOGUE_GELU_BIAS
@@ -361,7 +376,7 @@ Status MatrixProduct::prepareLt(PrepareContext& prepare, const void* a, const vo
       why += built.message() + "; ";
       continue;
     }
-    found = lt.candidates(context.cublasLt, count, why);
+    found = lt.candidates(context.cublasLt, count, options_, why);
   }
   if (found.empty()) {
     // No cuBLASLt algorithm at all: kiln's kernel computes the same product.
@@ -385,11 +400,14 @@ Status MatrixProduct::prepareLt(PrepareContext& prepare, const void* a, const vo
           ? ""
           : fmt::format(
                 "cublaslt m={} n={} k={} batch={} trans={}{} pitch={},{},{} stride={},{},{} "
-                "types={}->{} tf32={} epilogue={} bias={} align={},{},{},{} candidates={}",
+                "types={}->{} tf32={} epilogue={} bias={} align={},{},{},{} candidates={} "
+                "workspace={} split_k={} runs={} act={}",
                 s.m, s.n, s.k, s.batch, s.transA ? "t" : "n", s.transB ? "t" : "n", s.pitchA(),
                 s.pitchB(), s.pitchC(), s.strideA, s.strideB, s.strideC, nameOf(s.inputType),
                 nameOf(s.outputType), options_.tf32, static_cast<int>(ltEpilogue),
-                static_cast<int>(biasPlace_), lt.alignX, lt.alignY, lt.alignC, lt.alignD, count);
+                static_cast<int>(biasPlace_), lt.alignX, lt.alignY, lt.alignC, lt.alignD, count,
+                options_.maxWorkspace, options_.splitK, options_.timingRuns,
+                static_cast<int>(epilogue_.activation));
   std::optional<size_t> recorded;
   if (auto record = found.size() > 1 ? prepare.cachedChoice(key) : std::nullopt) {
     const int64_t index = record->value("index", int64_t{-1});
@@ -457,7 +475,7 @@ Status MatrixProduct::prepareLt(PrepareContext& prepare, const void* a, const vo
       }
       KILN_CUDA_CHECK(cudaEventRecord(start.get(), context.stream));
       bool ran = true;
-      for (int r = 0; r < kTimedRuns && ran; ++r) ran = run() == CUBLAS_STATUS_SUCCESS;
+      for (int r = 0; r < options_.timingRuns && ran; ++r) ran = run() == CUBLAS_STATUS_SUCCESS;
       KILN_CUDA_CHECK(cudaEventRecord(stop.get(), context.stream));
       KILN_CUDA_CHECK(cudaEventSynchronize(stop.get()));
       if (!ran) {
@@ -481,12 +499,12 @@ Status MatrixProduct::prepareLt(PrepareContext& prepare, const void* a, const vo
   size_t written = 0;
   cublasLtMatmulAlgoConfigGetAttribute(&lt.algo, CUBLASLT_ALGO_CONFIG_ID, &algoId, sizeof(algoId),
                                        &written);
-  detail_ = fmt::format("cuBLASLt algorithm {} ({} of {} candidate(s){}), workspace {} bytes",
+  detail_ = fmt::format("cuBLASLt algorithm {} ({} of {} candidate(s){}), workspace {} bytes; {}",
                         algoId, best + 1, found.size(),
                         found.size() <= 1 ? ""
                         : recorded        ? ", timed before: from the timing cache"
                                           : ", timed",
-                        workspaceBytes_);
+                        workspaceBytes_, preferenceText());
   return Status::ok();
 }
 

@@ -61,6 +61,66 @@ const knobs::Knob kGemmEpilogue = knobs::declareKnob({
     .perNode = true,
 });
 
+const knobs::Knob kGemmWorkspace = knobs::declareKnob({
+    .name = "cuda.gemm.workspace",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"32", "0", "4", "128"},
+    .defaultValue = "32",
+    .help = "MiB of scratch a cuBLASLt algorithm may ask for: its heuristics offer only "
+            "algorithms within it (0 rules out split-K reductions in workspace; more admits "
+            "wider splits)",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kGemmCandidates = knobs::declareKnob({
+    .name = "cuda.gemm.candidates",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"8", "2", "4", "16"},
+    .defaultValue = "8",
+    .help = "how many of cuBLASLt's algorithms cuda.gemm.algo=timed times, in its heuristics' "
+            "order (more: a longer build and a better chance of the fastest)",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kGemmTimingRuns = knobs::declareKnob({
+    .name = "cuda.gemm.timing_runs",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"3", "1", "10"},
+    .defaultValue = "3",
+    .help = "timed runs of each cuBLASLt algorithm under cuda.gemm.algo=timed, after one "
+            "untimed run (more: less noise in the choice, a longer build)",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kGemmSplitK = knobs::declareKnob({
+    .name = "cuda.gemm.split_k",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"allow", "deny"},
+    .defaultValue = "allow",
+    .help = "cuBLASLt algorithms that split the sum over k across blocks and reduce the parts "
+            "(in place or in workspace): allowed where the heuristics offer them, or passed "
+            "over, so each output is one block's sequential sum",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kGemmGeluEpilogue = knobs::declareKnob({
+    .name = "cuda.gemm.gelu_epilogue",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"exact", "tanh"},
+    .defaultValue = "exact",
+    .help = "a matrix product followed by GELU (erf form, as transformers' feed-forward layers "
+            "export it): the activation in kiln's epilogue kernel, exact, or inside cuBLASLt's "
+            "GELU epilogue, which computes the tanh approximation (no extra pass over the "
+            "output)",
+    .backends = {"cuda"},
+    .perNode = true,
+    .changesNumerics = true,
+});
+
 ProductOptions productOptionsFor(const ir::Node& node, const knobs::Route& route) {
   ProductOptions options;
   options.source = route.value(kGemmSource, &node) == "native" ? ProductSource::kNative
@@ -69,6 +129,11 @@ ProductOptions productOptionsFor(const ir::Node& node, const knobs::Route& route
                                                                : AlgorithmChoice::kHeuristic;
   options.fuseEpilogue = route.value(kGemmEpilogue, &node) == "fused";
   options.tf32 = allowsTf32(node, route);
+  options.maxWorkspace = uint64_t{std::stoul(route.value(kGemmWorkspace, &node))} << 20;
+  options.candidates = std::stoi(route.value(kGemmCandidates, &node));
+  options.timingRuns = std::stoi(route.value(kGemmTimingRuns, &node));
+  options.splitK = route.value(kGemmSplitK, &node) == "allow";
+  options.geluAsTanh = route.value(kGemmGeluEpilogue, &node) == "tanh";
   return options;
 }
 
@@ -249,6 +314,7 @@ class ProductStep final : public Step {
   }
 
   int64_t workspaceBytes() const override { return product_.workspaceBytes(); }
+  std::string detail() const override { return product_.detail(); }
 
   Status enqueue(const Context& context) const override {
     return product_.enqueue(context, context.workspace, context.workspaceBytes,

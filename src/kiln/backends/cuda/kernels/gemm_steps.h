@@ -22,13 +22,17 @@ namespace kiln::cuda {
 enum class ProductSource { kCublasLt, kNative };
 enum class AlgorithmChoice { kHeuristic, kTimed };
 
-// The knob values (cuda.gemm.source, cuda.gemm.algo, cuda.gemm.epilogue, and cuda.precision's
-// tf32) in force at `node`.
+// The knob values (cuda.gemm.*, and cuda.precision's tf32) in force at `node`.
 struct ProductOptions {
   ProductSource source = ProductSource::kCublasLt;
   AlgorithmChoice algorithm = AlgorithmChoice::kHeuristic;
   bool fuseEpilogue = true;  // bias/Relu in cuBLASLt's epilogue, or in the native kernel's stores
   bool tf32 = false;         // float32 products may use TF32 tensor cores (cuda.precision=tf32)
+  uint64_t maxWorkspace = uint64_t{32} << 20;  // bytes a cuBLASLt algorithm may use
+  int candidates = 8;                          // algorithms timed (kTimed)
+  int timingRuns = 3;                          // timed runs of each (kTimed)
+  bool splitK = true;                          // split-K reduction schemes allowed
+  bool geluAsTanh = false;  // an erf GELU may run as cuBLASLt's tanh-approximation epilogue
 };
 ProductOptions productOptionsFor(const ir::Node& node, const knobs::Route& route);
 
@@ -102,6 +106,8 @@ class MatrixProduct {
   enum class BiasPlace { kEpilogueKernel, kLtVector, kLtMatrix, kNativeStores };
 
   void planFusion(bool useLt);
+  // The cuBLASLt preferences in force ("workspace within 32 MiB, split-K allowed"), for detail().
+  std::string preferenceText() const;
   bool epilogueKernelRuns() const;
   // The parts of the epilogue left to the epilogue kernel (after the fused parts are taken).
   GemmEpilogue remainingEpilogue(const void* bias) const;

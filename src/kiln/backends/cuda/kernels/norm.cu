@@ -120,15 +120,66 @@ __device__ __forceinline__ Best blockBest(Best best, float* values, int64_t* ind
   return warpBest(best);
 }
 
-// One warp per row, four rows per block. A warp's row is uniform across its lanes, so whole warps
-// enter or leave the row loop together (the shuffles need every lane).
-struct WarpRows {
-  static constexpr int kThreads = 128;
-  static constexpr int kRowsPerBlock = kThreads / kWarpSize;
-  __device__ static int64_t first() {
-    return static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
+// A softmax row's running maximum and the sum of exp(x - max) over the elements seen so far.
+// {-inf, 0} is the empty state. Rescaling by exp(old - new) only where the maximum moved keeps a
+// NaN sum (from a NaN element) NaN, as the three-pass sum is.
+struct MaxSum {
+  float max;
+  float sum;
+};
+
+__device__ __forceinline__ float rescaled(float sum, float from, float to) {
+  return from == to ? sum : sum * expf(from - to);
+}
+
+__device__ __forceinline__ MaxSum withElement(MaxSum state, float v) {
+  const float next = fmaxf(state.max, v);  // NaN never wins (as the three-pass maximum)
+  const float term = v == -INFINITY ? 0.0f : expf(v - next);
+  return {next, rescaled(state.sum, state.max, next) + term};
+}
+
+// Symmetric, so every lane of a butterfly ends with the same state.
+__device__ __forceinline__ MaxSum combined(MaxSum a, MaxSum b) {
+  const float m = fmaxf(a.max, b.max);
+  return {m, rescaled(a.sum, a.max, m) + rescaled(b.sum, b.max, m)};
+}
+
+__device__ __forceinline__ MaxSum warpMaxSum(MaxSum state) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    const MaxSum other{__shfl_xor_sync(kFullMask, state.max, offset),
+                       __shfl_xor_sync(kFullMask, state.sum, offset)};
+    state = combined(state, other);
   }
-  __device__ static int64_t stride() { return static_cast<int64_t>(gridDim.x) * kRowsPerBlock; }
+  return state;
+}
+
+__device__ __forceinline__ MaxSum blockMaxSum(MaxSum state, float* maxes, float* sums) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  const int warps = blockDim.x / kWarpSize;
+  state = warpMaxSum(state);
+  __syncthreads();
+  if (lane == 0) {
+    maxes[warp] = state.max;
+    sums[warp] = state.sum;
+  }
+  __syncthreads();
+  state = lane < warps ? MaxSum{maxes[lane], sums[lane]} : MaxSum{-INFINITY, 0.0f};
+  return warpMaxSum(state);
+}
+
+// The most threads a row kernel's block has (eight warp rows, or a 512-thread block per row).
+constexpr int kMaxRowThreads = 512;
+
+// One warp per row, as many rows per block as the block has warps (RowLaunch::warpRows). A warp's
+// row is uniform across its lanes, so whole warps enter or leave the row loop together (the
+// shuffles need every lane).
+struct WarpRows {
+  __device__ static int rowsPerBlock() { return blockDim.x / kWarpSize; }
+  __device__ static int64_t first() {
+    return static_cast<int64_t>(blockIdx.x) * rowsPerBlock() + threadIdx.x / kWarpSize;
+  }
+  __device__ static int64_t stride() { return static_cast<int64_t>(gridDim.x) * rowsPerBlock(); }
   __device__ static int lane() { return threadIdx.x % kWarpSize; }
   __device__ static int size() { return kWarpSize; }
   template <typename V, typename Op>
@@ -136,13 +187,12 @@ struct WarpRows {
     return warpReduce(value, op);
   }
   __device__ static Best best(Best value, float*, int64_t*) { return warpBest(value); }
+  __device__ static MaxSum maxSum(MaxSum value, float*, float*) { return warpMaxSum(value); }
 };
 
 // One block per row: every thread of the block takes the same rows, so the barriers inside the
 // reductions are uniform.
 struct BlockRows {
-  static constexpr int kThreads = 512;
-  static constexpr int kRowsPerBlock = 1;
   __device__ static int64_t first() { return blockIdx.x; }
   __device__ static int64_t stride() { return gridDim.x; }
   __device__ static int lane() { return threadIdx.x; }
@@ -154,15 +204,20 @@ struct BlockRows {
   __device__ static Best best(Best value, float* values, int64_t* indices) {
     return blockBest(value, values, indices);
   }
+  __device__ static MaxSum maxSum(MaxSum value, float* maxes, float* sums) {
+    return blockMaxSum(value, maxes, sums);
+  }
 };
 
 // What a line kernel does to each line.
 enum class LineOp : int { kSoftmax, kLogSoftmax, kHardmax, kL1, kL2 };
 
 template <typename Rows, typename T>
-__global__ void rowsKernel(LineOp op, int64_t rows, int64_t width, const T* __restrict__ x,
-                           T* __restrict__ y) {
+__global__ void __launch_bounds__(kMaxRowThreads)
+    rowsKernel(LineOp op, int64_t rows, int64_t width, bool online, const T* __restrict__ x,
+               T* __restrict__ y) {
   __shared__ float sharedValues[kWarpSize];
+  __shared__ float sharedSums[kWarpSize];
   __shared__ int64_t sharedIndices[kWarpSize];
   const int lane = Rows::lane();
   const int size = Rows::size();
@@ -187,13 +242,23 @@ __global__ void rowsKernel(LineOp op, int64_t rows, int64_t width, const T* __re
       for (int64_t j = lane; j < width; j += size) store(out + j, load(in[j]) / norm);
       continue;
     }
-    // Subtracting the maximum keeps exp from overflowing; it cancels out of the result.
+    // Subtracting the maximum keeps exp from overflowing; it cancels out of the result. Three
+    // passes (the maximum, the sum, the outputs), or with `online` the maximum and the sum from
+    // one read, the sum rescaled whenever the maximum grows.
     float max = MaxOp::identity();
-    for (int64_t j = lane; j < width; j += size) max = fmaxf(max, load(in[j]));
-    max = Rows::reduce(max, MaxOp(), sharedValues);
     float sum = 0.0f;
-    for (int64_t j = lane; j < width; j += size) sum += expf(load(in[j]) - max);
-    sum = Rows::reduce(sum, SumOp(), sharedValues);
+    if (online) {
+      MaxSum state{-INFINITY, 0.0f};
+      for (int64_t j = lane; j < width; j += size) state = withElement(state, load(in[j]));
+      state = Rows::maxSum(state, sharedValues, sharedSums);
+      max = state.max;
+      sum = state.sum;
+    } else {
+      for (int64_t j = lane; j < width; j += size) max = fmaxf(max, load(in[j]));
+      max = Rows::reduce(max, MaxOp(), sharedValues);
+      for (int64_t j = lane; j < width; j += size) sum += expf(load(in[j]) - max);
+      sum = Rows::reduce(sum, SumOp(), sharedValues);
+    }
     if (op == LineOp::kSoftmax) {
       for (int64_t j = lane; j < width; j += size) store(out + j, expf(load(in[j]) - max) / sum);
     } else {
@@ -260,11 +325,11 @@ __device__ __forceinline__ void storeStat(void* at, int64_t i, float value, bool
 // a small deviation; in double the deviations keep every bit of the float inputs. Two passes
 // (the mean, then the squared deviations from it), and the output computed in double too.
 template <typename Rows, typename T>
-__global__ void rowNormKernel(RowNormalization n, const T* __restrict__ x,
-                              const T* __restrict__ scale, const T* __restrict__ bias,
-                              T* __restrict__ y, void* __restrict__ mean,
-                              void* __restrict__ invStdDev, bool statsInT,
-                              const T* __restrict__ skip, T* __restrict__ sum) {
+__global__ void __launch_bounds__(kMaxRowThreads)
+    rowNormKernel(RowNormalization n, const T* __restrict__ x, const T* __restrict__ scale,
+                  const T* __restrict__ bias, T* __restrict__ y, void* __restrict__ mean,
+                  void* __restrict__ invStdDev, bool statsInT, const T* __restrict__ skip,
+                  T* __restrict__ sum) {
   __shared__ double shared[kWarpSize];
   const int lane = Rows::lane();
   const int size = Rows::size();
@@ -317,7 +382,7 @@ __global__ void rowNormKernel(RowNormalization n, const T* __restrict__ x,
 // sums of a few thousand terms far more exact than the output's rounding. One rounding per
 // output. Lane l holds vectors l, l + 32, ... of the row.
 template <typename T, int kVectors>
-__global__ void __launch_bounds__(WarpRows::kThreads)
+__global__ void __launch_bounds__(kMaxRowThreads)
     rowNormVectorKernel(RowNormalization n, const T* __restrict__ x, const T* __restrict__ scale,
                         const T* __restrict__ bias, T* __restrict__ y, void* __restrict__ mean,
                         void* __restrict__ invStdDev, bool statsInT, const T* __restrict__ skip,
@@ -392,20 +457,20 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 
 // Launches rowNormVectorKernel when the rows fit it (see there); false when they do not.
 template <typename T>
-bool launchRowNormVector(const RowNormalization& n, const T* x, const T* scale, const T* bias, T* y,
-                         void* mean, void* invStdDev, bool statsInT, const T* skip, T* sum,
-                         cudaStream_t stream) {
+bool launchRowNormVector(const RowNormalization& n, int warpRows, const T* x, const T* scale,
+                         const T* bias, T* y, void* mean, void* invStdDev, bool statsInT,
+                         const T* skip, T* sum, cudaStream_t stream) {
   constexpr int64_t kPerWarpVector = kWarpSize * 8;  // elements a warp covers per vector a lane
   if (n.channels != 0 || n.width % 8 != 0 || n.width > 4 * kPerWarpVector || !aligned16(x) ||
       !aligned16(y) || !aligned16(scale) || (bias && !aligned16(bias)) ||
       (skip && !aligned16(skip)) || (sum && !aligned16(sum))) {
     return false;
   }
-  const unsigned blocks = blocksFor(n.rows, WarpRows::kRowsPerBlock);
+  const unsigned blocks = blocksFor(n.rows, warpRows);
   const int vectorsPerLane = static_cast<int>((n.width + kPerWarpVector - 1) / kPerWarpVector);
   auto launch = [&](auto kernel) {
-    kernel<<<blocks, WarpRows::kThreads, 0, stream>>>(n, x, scale, bias, y, mean, invStdDev,
-                                                      statsInT, skip, sum);
+    kernel<<<blocks, warpRows * kWarpSize, 0, stream>>>(n, x, scale, bias, y, mean, invStdDev,
+                                                        statsInT, skip, sum);
   };
   switch (vectorsPerLane) {
     case 1:
@@ -501,10 +566,18 @@ __global__ void lrnKernel(LrnGeometry g, const T* __restrict__ x, T* __restrict_
   }
 }
 
-cudaError_t launchLines(LineOp op, const Lines& lines, RowKernel rows, ElementType type,
+// Whether `rows` is a launch shape the row kernels take.
+bool validRowLaunch(const RowLaunch& rows) {
+  return rows.warpRows >= 1 && rows.warpRows * kWarpSize <= kMaxRowThreads &&
+         rows.blockThreads >= kWarpSize && rows.blockThreads <= kMaxRowThreads &&
+         rows.blockThreads % kWarpSize == 0;
+}
+
+cudaError_t launchLines(LineOp op, const Lines& lines, const RowLaunch& rows, ElementType type,
                         const void* x, void* y, cudaStream_t stream) {
   const int64_t count = lines.outer * lines.inner;
   if (count <= 0 || lines.length <= 0) return cudaSuccess;
+  if (!validRowLaunch(rows)) return cudaErrorInvalidValue;
   return device::byFloatType(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* in = static_cast<const T*>(x);
@@ -512,14 +585,13 @@ cudaError_t launchLines(LineOp op, const Lines& lines, RowKernel rows, ElementTy
     if (lines.inner > 1) {
       linesKernel<T><<<blocksFor(count, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(
           op, lines, in, out, count);
-    } else if (rows == RowKernel::kWarp) {
+    } else if (rows.kernel == RowKernel::kWarp) {
       rowsKernel<WarpRows, T>
-          <<<blocksFor(count, WarpRows::kRowsPerBlock), WarpRows::kThreads, 0, stream>>>(
-              op, count, lines.length, in, out);
+          <<<blocksFor(count, rows.warpRows), rows.warpRows * kWarpSize, 0, stream>>>(
+              op, count, lines.length, rows.onlineSoftmax, in, out);
     } else {
-      rowsKernel<BlockRows, T>
-          <<<blocksFor(count, BlockRows::kRowsPerBlock), BlockRows::kThreads, 0, stream>>>(
-              op, count, lines.length, in, out);
+      rowsKernel<BlockRows, T><<<blocksFor(count, 1), rows.blockThreads, 0, stream>>>(
+          op, count, lines.length, rows.onlineSoftmax, in, out);
     }
     return cudaGetLastError();
   });
@@ -532,26 +604,26 @@ bool normSupported(ElementType type) {
          type == ElementType::kBFloat16;
 }
 
-cudaError_t launchSoftmax(SoftmaxKind kind, const Lines& lines, RowKernel rows, ElementType type,
-                          const void* x, void* y, cudaStream_t stream) {
+cudaError_t launchSoftmax(SoftmaxKind kind, const Lines& lines, const RowLaunch& rows,
+                          ElementType type, const void* x, void* y, cudaStream_t stream) {
   const LineOp op = kind == SoftmaxKind::kSoftmax      ? LineOp::kSoftmax
                     : kind == SoftmaxKind::kLogSoftmax ? LineOp::kLogSoftmax
                                                        : LineOp::kHardmax;
   return launchLines(op, lines, rows, type, x, y, stream);
 }
 
-cudaError_t launchLpNormalization(int p, const Lines& lines, RowKernel rows, ElementType type,
-                                  const void* x, void* y, cudaStream_t stream) {
+cudaError_t launchLpNormalization(int p, const Lines& lines, const RowLaunch& rows,
+                                  ElementType type, const void* x, void* y, cudaStream_t stream) {
   if (p != 1 && p != 2) return cudaErrorInvalidValue;
   return launchLines(p == 1 ? LineOp::kL1 : LineOp::kL2, lines, rows, type, x, y, stream);
 }
 
-cudaError_t launchRowNormalization(const RowNormalization& norm, RowKernel rows, const void* x,
-                                   const void* scale, const void* bias, void* y, void* mean,
-                                   void* invStdDev, cudaStream_t stream, const void* skip,
-                                   void* sum) {
+cudaError_t launchRowNormalization(const RowNormalization& norm, const RowLaunch& rows,
+                                   const void* x, const void* scale, const void* bias, void* y,
+                                   void* mean, void* invStdDev, cudaStream_t stream,
+                                   const void* skip, void* sum) {
   if (norm.rows <= 0 || norm.width <= 0) return cudaSuccess;
-  if (!scale || norm.channels < 0) return cudaErrorInvalidValue;
+  if (!scale || norm.channels < 0 || !validRowLaunch(rows)) return cudaErrorInvalidValue;
   if (norm.statType != ElementType::kFloat32 && norm.statType != norm.type) {
     return cudaErrorInvalidValue;
   }
@@ -566,19 +638,19 @@ cudaError_t launchRowNormalization(const RowNormalization& norm, RowKernel rows,
     T* total = static_cast<T*>(sum);
     if constexpr (!std::is_same_v<T, float>) {
       // Reduced types take the vectorised kernel wherever it fits.
-      if (rows == RowKernel::kWarp && launchRowNormVector(norm, in, s, b, out, mean, invStdDev,
-                                                          statsInT, other, total, stream)) {
+      if (rows.kernel == RowKernel::kWarp && rows.registerRows &&
+          launchRowNormVector(norm, rows.warpRows, in, s, b, out, mean, invStdDev, statsInT, other,
+                              total, stream)) {
         return cudaGetLastError();
       }
     }
-    if (rows == RowKernel::kWarp) {
+    if (rows.kernel == RowKernel::kWarp) {
       rowNormKernel<WarpRows, T>
-          <<<blocksFor(norm.rows, WarpRows::kRowsPerBlock), WarpRows::kThreads, 0, stream>>>(
+          <<<blocksFor(norm.rows, rows.warpRows), rows.warpRows * kWarpSize, 0, stream>>>(
               norm, in, s, b, out, mean, invStdDev, statsInT, other, total);
     } else {
-      rowNormKernel<BlockRows, T>
-          <<<blocksFor(norm.rows, BlockRows::kRowsPerBlock), BlockRows::kThreads, 0, stream>>>(
-              norm, in, s, b, out, mean, invStdDev, statsInT, other, total);
+      rowNormKernel<BlockRows, T><<<blocksFor(norm.rows, 1), rows.blockThreads, 0, stream>>>(
+          norm, in, s, b, out, mean, invStdDev, statsInT, other, total);
     }
     return cudaGetLastError();
   });

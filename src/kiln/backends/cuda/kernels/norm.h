@@ -28,6 +28,18 @@ struct Lines {
 // one thread per line.
 enum class RowKernel : int { kWarp, kBlock };
 
+// A row kernel and its launch shape (cuda.softmax.* and cuda.norm.* choose them).
+struct RowLaunch {
+  RowKernel kernel = RowKernel::kWarp;
+  int warpRows = 4;        // kWarp: rows (one warp each) a block, 1 to 8
+  int blockThreads = 512;  // kBlock: threads of a row's block, a multiple of 32 up to 512
+  // kWarp, LayerNormalization of float16 / bfloat16: hold a row of up to 1024 elements in
+  // registers (16-byte vectors, one read) where it fits, instead of the generic row kernel.
+  bool registerRows = true;
+  // Softmax and LogSoftmax rows: the maximum and the sum from one read (online), not two.
+  bool onlineSoftmax = false;
+};
+
 enum class SoftmaxKind : int {
   kSoftmax,     // exp(x - max) / sum
   kLogSoftmax,  // (x - max) - log(sum)
@@ -38,12 +50,12 @@ enum class SoftmaxKind : int {
 bool normSupported(ElementType type);
 
 // Normalises every line of x into y, max-subtracted for stability.
-cudaError_t launchSoftmax(SoftmaxKind kind, const Lines& lines, RowKernel rows, ElementType type,
-                          const void* x, void* y, cudaStream_t stream);
+cudaError_t launchSoftmax(SoftmaxKind kind, const Lines& lines, const RowLaunch& rows,
+                          ElementType type, const void* x, void* y, cudaStream_t stream);
 
 // y = x / ||line||_p for p = 1 or 2, per line.
-cudaError_t launchLpNormalization(int p, const Lines& lines, RowKernel rows, ElementType type,
-                                  const void* x, void* y, cudaStream_t stream);
+cudaError_t launchLpNormalization(int p, const Lines& lines, const RowLaunch& rows,
+                                  ElementType type, const void* x, void* y, cudaStream_t stream);
 
 // Rows of `width` contiguous elements, each normalised to zero mean and unit variance (biased,
 // two-pass, in double), then scaled and shifted: y = (x - mean) / sqrt(var + epsilon) * scale +
@@ -61,10 +73,10 @@ struct RowNormalization {
   ElementType type = ElementType::kFloat32;
   ElementType statType = ElementType::kFloat32;
 };
-cudaError_t launchRowNormalization(const RowNormalization& norm, RowKernel rows, const void* x,
-                                   const void* scale, const void* bias, void* y, void* mean,
-                                   void* invStdDev, cudaStream_t stream, const void* skip = nullptr,
-                                   void* sum = nullptr);
+cudaError_t launchRowNormalization(const RowNormalization& norm, const RowLaunch& rows,
+                                   const void* x, const void* scale, const void* bias, void* y,
+                                   void* mean, void* invStdDev, cudaStream_t stream,
+                                   const void* skip = nullptr, void* sum = nullptr);
 
 // Inference BatchNormalization over `count` elements: y = (x - mean) / sqrt(var + epsilon) *
 // scale + bias, with parameter index (i / inner) % channels, or i % (channels * inner) when

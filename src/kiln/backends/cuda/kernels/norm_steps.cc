@@ -6,6 +6,8 @@
 // has the one type, the math is float or double). Each factory reads the node's axis and shapes
 // into the kernel's row or line geometry and refuses (nullptr: the host runs it) what it cannot
 // compute as the reference does.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <optional>
 #include <set>
@@ -23,11 +25,90 @@ const knobs::Knob kSoftmaxRowKernel = knobs::declareKnob({
     .kind = knobs::KnobKind::kEnum,
     .choices = {"auto", "warp", "block"},
     .defaultValue = "auto",
-    .help = "Softmax, LogSoftmax and Hardmax over contiguous rows: one warp per row (four rows a "
-            "block), one 512-thread block per row, or auto (a warp for rows of at most 1024 "
-            "elements, a block for longer ones)",
+    .help = "Softmax, LogSoftmax and Hardmax over contiguous rows: one warp per row "
+            "(cuda.softmax.warp_rows rows a block), one block per row (cuda.softmax.block_threads "
+            "threads), or auto (a warp for rows of at most 1024 elements, a block for longer ones)",
     .backends = {"cuda"},
     // Only the order of the row's sums differs between the kernels: not a numerics change.
+    .perNode = true,
+});
+
+const knobs::Knob kSoftmaxWarpRows = knobs::declareKnob({
+    .name = "cuda.softmax.warp_rows",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"4", "2", "8"},
+    .defaultValue = "4",
+    .help = "rows a block of the warp-per-row softmax kernel takes (a warp each: 128-thread "
+            "blocks for 4; fewer rows make more, smaller blocks)",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kSoftmaxBlockThreads = knobs::declareKnob({
+    .name = "cuda.softmax.block_threads",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"512", "128", "256"},
+    .defaultValue = "512",
+    .help = "threads of the block-per-row softmax kernel (long rows): more loads in flight a "
+            "row, or more rows resident a multiprocessor",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kSoftmaxOnline = knobs::declareKnob({
+    .name = "cuda.softmax.online",
+    .kind = knobs::KnobKind::kBool,
+    .defaultValue = "off",
+    .help = "Softmax and LogSoftmax over contiguous rows: the row maximum and the sum of "
+            "exponentials from one read (the sum rescaled whenever the maximum grows), then the "
+            "outputs, instead of three reads (maximum, sum, outputs)",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kNormRowKernel = knobs::declareKnob({
+    .name = "cuda.norm.row_kernel",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"auto", "warp", "block"},
+    .defaultValue = "auto",
+    .help = "LayerNormalization, kiln.AddLayerNormalization and InstanceNormalization rows: one "
+            "warp per row (float16 and bfloat16 rows of up to 1024 elements held in registers), "
+            "one block per row, or auto (a warp for rows of at most 1024 elements, a block for "
+            "longer ones)",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kNormRegisterRows = knobs::declareKnob({
+    .name = "cuda.norm.register_rows",
+    .kind = knobs::KnobKind::kBool,
+    .defaultValue = "on",
+    .help = "float16 and bfloat16 LayerNormalization rows of up to 1024 elements on the warp "
+            "kernel: held in registers as 16-byte vectors (read once, float statistics), or "
+            "through the generic row kernel (read in each pass, double statistics)",
+    .backends = {"cuda"},
+    .perNode = true,
+    .changesNumerics = true,
+});
+
+const knobs::Knob kNormWarpRows = knobs::declareKnob({
+    .name = "cuda.norm.warp_rows",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"4", "2", "8"},
+    .defaultValue = "4",
+    .help = "rows a block of the warp-per-row normalisation kernels takes (a warp each)",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kNormBlockThreads = knobs::declareKnob({
+    .name = "cuda.norm.block_threads",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"512", "128", "256"},
+    .defaultValue = "512",
+    .help = "threads of the block-per-row normalisation kernel (long rows, and InstanceNorm's "
+            "planes)",
+    .backends = {"cuda"},
     .perNode = true,
 });
 
@@ -55,6 +136,27 @@ RowKernel rowKernelFor(int64_t width) {
   return width <= kWarpRowLimit ? RowKernel::kWarp : RowKernel::kBlock;
 }
 
+// The row launch for rows of `width` under the knobs `kernel`, `warpRows` and `blockThreads`.
+RowLaunch rowLaunchFor(int64_t width, const ir::Node& node, const knobs::Route& route,
+                       const knobs::Knob& kernel, const knobs::Knob& warpRows,
+                       const knobs::Knob& blockThreads) {
+  RowLaunch launch;
+  const std::string& choice = route.value(kernel, &node);
+  launch.kernel = choice == "warp"    ? RowKernel::kWarp
+                  : choice == "block" ? RowKernel::kBlock
+                                      : rowKernelFor(width);
+  launch.warpRows = std::stoi(route.value(warpRows, &node));
+  launch.blockThreads = std::stoi(route.value(blockThreads, &node));
+  return launch;
+}
+
+// How `rows` spreads contiguous rows, for detail().
+std::string rowLaunchText(const RowLaunch& rows) {
+  return rows.kernel == RowKernel::kWarp
+             ? fmt::format("a warp a row, {} rows a block", rows.warpRows)
+             : fmt::format("a {}-thread block a row", rows.blockThreads);
+}
+
 // The lines along `axis` of `shape`.
 Lines linesAlong(const ir::Shape& shape, size_t axis) {
   const auto& dims = shape.dims();
@@ -66,8 +168,13 @@ Lines linesAlong(const ir::Shape& shape, size_t axis) {
 class LinesStep final : public Step {
  public:
   // p == 0: the softmax family (`kind`); p == 1 or 2: LpNormalization.
-  LinesStep(SoftmaxKind kind, int p, Lines lines, RowKernel rows, ElementType type)
+  LinesStep(SoftmaxKind kind, int p, Lines lines, RowLaunch rows, ElementType type)
       : kind_(kind), p_(p), lines_(lines), rows_(rows), type_(type) {}
+
+  std::string detail() const override {
+    if (lines_.inner > 1) return "strided lines, a thread a line";
+    return rowLaunchText(rows_) + (rows_.onlineSoftmax ? ", online maximum and sum" : "");
+  }
 
   Status enqueue(const Context& context) const override {
     const void* x = context.address(*inputs[0]);
@@ -85,7 +192,7 @@ class LinesStep final : public Step {
   SoftmaxKind kind_;
   int p_;
   Lines lines_;
-  RowKernel rows_;
+  RowLaunch rows_;
   ElementType type_;
 };
 
@@ -111,18 +218,17 @@ std::unique_ptr<Step> makeSoftmax(const ir::Node& node, const knobs::Route& rout
     const auto& dims = x->shape.dims();
     lines = {product(dims, 0, axis), product(dims, axis, dims.size()), 1};
   }
-  const std::string& choice = route.value(kSoftmaxRowKernel, &node);
-  RowKernel rows = rowKernelFor(lines.length);
-  if (choice == "warp") rows = RowKernel::kWarp;
-  if (choice == "block") rows = RowKernel::kBlock;
+  RowLaunch rows = rowLaunchFor(lines.length, node, route, kSoftmaxRowKernel, kSoftmaxWarpRows,
+                                kSoftmaxBlockThreads);
+  rows.onlineSoftmax = node.opType != "Hardmax" && route.value(kSoftmaxOnline, &node) == "on";
   const SoftmaxKind kind = node.opType == "Softmax"      ? SoftmaxKind::kSoftmax
                            : node.opType == "LogSoftmax" ? SoftmaxKind::kLogSoftmax
                                                          : SoftmaxKind::kHardmax;
   auto step = std::make_unique<LinesStep>(kind, 0, lines, rows, *type);
   // The kernel chosen is part of the tactic: strided lines, or a warp or a block per row.
-  step->tactic = lines.inner > 1            ? "kiln.softmax.strided"
-                 : rows == RowKernel::kWarp ? "kiln.softmax.warp"
-                                            : "kiln.softmax.block";
+  step->tactic = lines.inner > 1                   ? "kiln.softmax.strided"
+                 : rows.kernel == RowKernel::kWarp ? "kiln.softmax.warp"
+                                                   : "kiln.softmax.block";
   return step;
 }
 
@@ -138,8 +244,10 @@ std::unique_ptr<Step> makeLpNormalization(const ir::Node& node) {
   auto axis = ir::normalizeAxis(*rawAxis, rank);
   if (!axis.isOk()) return nullptr;
   const Lines lines = linesAlong(x->shape, static_cast<size_t>(*axis));
-  auto step = std::make_unique<LinesStep>(SoftmaxKind::kSoftmax, static_cast<int>(*p), lines,
-                                          rowKernelFor(lines.length), *type);
+  RowLaunch rows;
+  rows.kernel = rowKernelFor(lines.length);
+  auto step =
+      std::make_unique<LinesStep>(SoftmaxKind::kSoftmax, static_cast<int>(*p), lines, rows, *type);
   step->tactic = "kiln.lpnorm";
   return step;
 }
@@ -192,8 +300,13 @@ constexpr int64_t kWorkspaceAlignment = 256;
 class RowNormStep final : public Step {
  public:
   // With `skip`, kiln.AddLayerNormalization: input 3 is added to x first, and output 1 is the sum.
-  RowNormStep(RowNormalization norm, RowParameter scale, RowParameter bias, bool skip = false)
-      : norm_(norm), scale_(std::move(scale)), bias_(std::move(bias)), skip_(skip) {}
+  RowNormStep(RowNormalization norm, RowLaunch rows, RowParameter scale, RowParameter bias,
+              bool skip = false)
+      : norm_(norm), rows_(rows), scale_(std::move(scale)), bias_(std::move(bias)), skip_(skip) {}
+
+  std::string detail() const override {
+    return rowLaunchText(rows_) + (rows_.registerRows ? "" : ", no register-held rows");
+  }
 
   int64_t workspaceBytes() const override {
     return 2 * expandedBytes();  // the scale's and the bias's expanded rows, at most
@@ -206,13 +319,12 @@ class RowNormStep final : public Step {
       return i < outputs.size() && outputs[i] ? context.address(*outputs[i]) : nullptr;
     };
     if (skip_) {
-      KILN_CUDA_CHECK(launchRowNormalization(
-          norm_, rowKernelFor(norm_.width), context.address(*inputs[0]), scale, bias, output(0),
-          nullptr, nullptr, context.stream, context.address(*inputs[3]), output(1)));
+      KILN_CUDA_CHECK(launchRowNormalization(norm_, rows_, context.address(*inputs[0]), scale, bias,
+                                             output(0), nullptr, nullptr, context.stream,
+                                             context.address(*inputs[3]), output(1)));
     } else {
-      KILN_CUDA_CHECK(launchRowNormalization(norm_, rowKernelFor(norm_.width),
-                                             context.address(*inputs[0]), scale, bias, output(0),
-                                             output(1), output(2), context.stream));
+      KILN_CUDA_CHECK(launchRowNormalization(norm_, rows_, context.address(*inputs[0]), scale, bias,
+                                             output(0), output(1), output(2), context.stream));
     }
     KILN_CUDA_CHECK_LAUNCH("the row normalisation");
     return Status::ok();
@@ -239,6 +351,7 @@ class RowNormStep final : public Step {
   }
 
   RowNormalization norm_;
+  RowLaunch rows_;
   RowParameter scale_;
   RowParameter bias_;
   bool skip_;
@@ -246,7 +359,7 @@ class RowNormStep final : public Step {
 
 // LayerNormalization, or with `skip` kiln.AddLayerNormalization (X + Skip normalised; output 1
 // the sum instead of the Mean).
-std::unique_ptr<Step> makeLayerNorm(const ir::Node& node, bool skip) {
+std::unique_ptr<Step> makeLayerNorm(const ir::Node& node, const knobs::Route& route, bool skip) {
   const ir::Value* x = node.inputs[0];
   const ir::Value* y = node.outputs[0];
   const std::optional<ElementType> type = typeOf(x);
@@ -287,12 +400,15 @@ std::unique_ptr<Step> makeLayerNorm(const ir::Node& node, bool skip) {
   auto scale = rowParameter(node, 1, *x, a);
   auto bias = rowParameter(node, 2, *x, a);
   if (!scale || !bias) return nullptr;
-  auto step = std::make_unique<RowNormStep>(norm, std::move(*scale), std::move(*bias), skip);
+  RowLaunch rows =
+      rowLaunchFor(norm.width, node, route, kNormRowKernel, kNormWarpRows, kNormBlockThreads);
+  rows.registerRows = route.value(kNormRegisterRows, &node) == "on";
+  auto step = std::make_unique<RowNormStep>(norm, rows, std::move(*scale), std::move(*bias), skip);
   step->tactic = skip ? "kiln.add_layernorm" : "kiln.layernorm";
   return step;
 }
 
-std::unique_ptr<Step> makeInstanceNorm(const ir::Node& node) {
+std::unique_ptr<Step> makeInstanceNorm(const ir::Node& node, const knobs::Route& route) {
   const ir::Value* x = node.inputs[0];
   const ir::Value* y = node.outputs[0];
   const ir::Value* scale = node.input(1);
@@ -311,8 +427,9 @@ std::unique_ptr<Step> makeInstanceNorm(const ir::Node& node) {
   norm.epsilon = *epsilon;
   norm.channels = std::max<int64_t>(channels, 1);
   norm.type = *type;
-  auto step = std::make_unique<RowNormStep>(norm, RowParameter{1, std::nullopt},
-                                            RowParameter{2, std::nullopt});
+  auto step = std::make_unique<RowNormStep>(
+      norm, rowLaunchFor(norm.width, node, route, kNormRowKernel, kNormWarpRows, kNormBlockThreads),
+      RowParameter{1, std::nullopt}, RowParameter{2, std::nullopt});
   step->tactic = "kiln.instancenorm";
   return step;
 }
@@ -464,14 +581,14 @@ std::unique_ptr<Step> makeNormStep(const ir::Node& node, const knobs::Route& rou
     return nullptr;
   }
   if (node.domain == ir::kKilnDomain && node.opType == "AddLayerNormalization") {
-    return makeLayerNorm(node, true);
+    return makeLayerNorm(node, route, true);
   }
   if (!node.domain.empty()) return nullptr;
   const std::string& op = node.opType;
   if (op == "Softmax" || op == "LogSoftmax" || op == "Hardmax") return makeSoftmax(node, route);
   if (op == "LpNormalization") return makeLpNormalization(node);
-  if (op == "LayerNormalization") return makeLayerNorm(node, false);
-  if (op == "InstanceNormalization") return makeInstanceNorm(node);
+  if (op == "LayerNormalization") return makeLayerNorm(node, route, false);
+  if (op == "InstanceNormalization") return makeInstanceNorm(node, route);
   if (op == "BatchNormalization") return makeBatchNorm(node);
   if (op == "MeanVarianceNormalization") return makeMeanVariance(node);
   if (op == "LRN") return makeLrn(node);

@@ -16,11 +16,17 @@
 namespace kiln::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+// The most threads a pooling block has (cuda.pool.block's largest choice).
+constexpr int kMaxPoolThreads = 512;
 constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // grid-stride loops cover the rest
 
-int64_t blocksFor(int64_t count) {
-  return std::min<int64_t>((count + kThreads - 1) / kThreads, kMaxBlocks);
+int64_t blocksFor(int64_t count, int threads) {
+  return std::min<int64_t>((count + threads - 1) / threads, kMaxBlocks);
+}
+
+// A power of two from 32 to kMaxPoolThreads (the block-per-plane kernel halves its partial sums).
+bool validBlock(int threads) {
+  return threads >= 32 && threads <= kMaxPoolThreads && (threads & (threads - 1)) == 0;
 }
 
 using device::load;
@@ -132,9 +138,10 @@ __global__ void windowPoolKernel(PoolGeometry g, PoolKind kind, const T* __restr
 
 // One block per plane of `size` contiguous elements.
 template <typename T>
-__global__ void globalPoolBlockKernel(bool average, const T* __restrict__ x, T* __restrict__ y,
-                                      int64_t planes, int64_t size) {
-  __shared__ float partial[kThreads];
+__global__ void __launch_bounds__(kMaxPoolThreads)
+    globalPoolBlockKernel(bool average, const T* __restrict__ x, T* __restrict__ y, int64_t planes,
+                          int64_t size) {
+  __shared__ float partial[kMaxPoolThreads];
   for (int64_t plane = blockIdx.x; plane < planes; plane += gridDim.x) {
     const T* in = x + plane * size;
     float accumulated = average ? 0.0f : -INFINITY;
@@ -148,7 +155,7 @@ __global__ void globalPoolBlockKernel(bool average, const T* __restrict__ x, T* 
     }
     partial[threadIdx.x] = accumulated;
     __syncthreads();
-    for (int half = kThreads / 2; half > 0; half /= 2) {
+    for (int half = static_cast<int>(blockDim.x) / 2; half > 0; half /= 2) {
       if (threadIdx.x < half) {
         const float other = partial[threadIdx.x + half];
         if (average) {
@@ -199,15 +206,18 @@ bool poolSupported(ElementType type) {
 
 cudaError_t launchWindowPool(const PoolGeometry& geometry, PoolKind kind, ElementType type,
                              const void* x, void* y, int64_t* indices, bool columnMajor,
-                             cudaStream_t stream) {
+                             int blockThreads, cudaStream_t stream) {
   const int64_t total =
       geometry.batch * geometry.channels * geometry.out[0] * geometry.out[1] * geometry.out[2];
   if (total <= 0) return cudaSuccess;
   if (indices && kind != PoolKind::kMax) return cudaErrorInvalidValue;
+  if (!validBlock(blockThreads)) return cudaErrorInvalidValue;
   auto launch = [&](auto tag) {
     using T = typename decltype(tag)::type;
-    windowPoolKernel<T><<<static_cast<unsigned>(blocksFor(total)), kThreads, 0, stream>>>(
-        geometry, kind, static_cast<const T*>(x), static_cast<T*>(y), indices, columnMajor, total);
+    windowPoolKernel<T>
+        <<<static_cast<unsigned>(blocksFor(total, blockThreads)), blockThreads, 0, stream>>>(
+            geometry, kind, static_cast<const T*>(x), static_cast<T*>(y), indices, columnMajor,
+            total);
     return cudaGetLastError();
   };
   if (type == ElementType::kInt8 || type == ElementType::kUInt8) {
@@ -218,22 +228,23 @@ cudaError_t launchWindowPool(const PoolGeometry& geometry, PoolKind kind, Elemen
 }
 
 cudaError_t launchGlobalPool(bool average, ElementType type, const void* x, void* y, int64_t batch,
-                             int64_t channels, int64_t size, bool channelsLast,
+                             int64_t channels, int64_t size, bool channelsLast, int blockThreads,
                              cudaStream_t stream) {
   const int64_t planes = batch * channels;
   if (planes <= 0) return cudaSuccess;
+  if (!validBlock(blockThreads)) return cudaErrorInvalidValue;
   return device::byFloatType(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* in = static_cast<const T*>(x);
     T* out = static_cast<T*>(y);
     if (channelsLast) {
       globalPoolChannelsLastKernel<T>
-          <<<static_cast<unsigned>(blocksFor(planes)), kThreads, 0, stream>>>(
+          <<<static_cast<unsigned>(blocksFor(planes, blockThreads)), blockThreads, 0, stream>>>(
               average, in, out, batch, channels, size);
     } else {
       const int64_t blocks = std::min<int64_t>(planes, kMaxBlocks);
-      globalPoolBlockKernel<T>
-          <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(average, in, out, planes, size);
+      globalPoolBlockKernel<T><<<static_cast<unsigned>(blocks), blockThreads, 0, stream>>>(
+          average, in, out, planes, size);
     }
     return cudaGetLastError();
   });

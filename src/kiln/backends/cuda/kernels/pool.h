@@ -45,16 +45,17 @@ bool poolSupported(ElementType type);
 // also gets the index MaxPool's Indices output gives the element it took: (n * channels + c) *
 // the spatial size, plus the element's spatial offset, row-major over (d, h, w), or column-major
 // with `columnMajor` (storage_order=1); -1 for a window wholly in padding.
+// `blockThreads` (a power of two, 32 to 512) a block, for this and launchGlobalPool.
 cudaError_t launchWindowPool(const PoolGeometry& geometry, PoolKind kind, ElementType type,
                              const void* x, void* y, int64_t* indices, bool columnMajor,
-                             cudaStream_t stream);
+                             int blockThreads, cudaStream_t stream);
 
 // y[n * channels + c] = mean or max of the `size` spatial elements of plane (n, c): contiguous
-// planes (NCHW), or with channelsLast the elements `channels` apart ([N, ..., C]). NaN elements
-// never win the max (a plane of NaN gives -inf, as the reference); an empty plane gives NaN for
-// the mean and -inf for the max.
+// planes (NCHW: a block a plane), or with channelsLast (a thread an output) the elements `channels`
+// apart ([N, ..., C]). NaN elements never win the max (a plane of NaN gives -inf, as the
+// reference); an empty plane gives NaN for the mean and -inf for the max.
 cudaError_t launchGlobalPool(bool average, ElementType type, const void* x, void* y, int64_t batch,
-                             int64_t channels, int64_t size, bool channelsLast,
+                             int64_t channels, int64_t size, bool channelsLast, int blockThreads,
                              cudaStream_t stream);
 
 }  // namespace kiln::cuda

@@ -19,6 +19,18 @@
 #include "kiln/ir/ops/neural.h"
 
 namespace kiln::cuda {
+
+const knobs::Knob kPoolBlock = knobs::declareKnob({
+    .name = "cuda.pool.block",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"256", "128", "512"},
+    .defaultValue = "256",
+    .help = "threads per block of kiln's pooling kernels: the windowed pools and the NHWC global "
+            "pools (a thread an output), and the NCHW global pools (a block a plane)",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
 namespace {
 
 enum class PoolOp { kMax, kAverage, kGlobalMax, kGlobalAverage };
@@ -70,16 +82,25 @@ void alignedStrides(const ir::Shape& shape, bool nhwc, int64_t out[5]) {
 
 class WindowPoolStep final : public Step {
  public:
-  WindowPoolStep(PoolGeometry geometry, PoolKind kind, ElementType type, bool columnMajor)
-      : geometry_(geometry), kind_(kind), type_(type), columnMajor_(columnMajor) {}
+  WindowPoolStep(PoolGeometry geometry, PoolKind kind, ElementType type, bool columnMajor,
+                 int blockThreads)
+      : geometry_(geometry),
+        kind_(kind),
+        type_(type),
+        columnMajor_(columnMajor),
+        blockThreads_(blockThreads) {}
+
+  std::string detail() const override {
+    return "a thread an output, " + std::to_string(blockThreads_) + "-thread blocks";
+  }
 
   Status enqueue(const Context& context) const override {
     int64_t* indices =
         outputs.size() > 1 && outputs[1] ? context.data<int64_t>(*outputs[1]) : nullptr;
-    return cudaStatus(
-        launchWindowPool(geometry_, kind_, type_, context.address(*inputs[0]),
-                         context.address(*outputs[0]), indices, columnMajor_, context.stream),
-        "the pooling kernel");
+    return cudaStatus(launchWindowPool(geometry_, kind_, type_, context.address(*inputs[0]),
+                                       context.address(*outputs[0]), indices, columnMajor_,
+                                       blockThreads_, context.stream),
+                      "the pooling kernel");
   }
 
  private:
@@ -87,23 +108,30 @@ class WindowPoolStep final : public Step {
   PoolKind kind_;
   ElementType type_;
   bool columnMajor_;  // MaxPool's storage_order=1
+  int blockThreads_;
 };
 
 class GlobalPoolStep final : public Step {
  public:
   GlobalPoolStep(bool average, ElementType type, int64_t batch, int64_t channels, int64_t size,
-                 bool nhwc)
+                 bool nhwc, int blockThreads)
       : average_(average),
         type_(type),
         batch_(batch),
         channels_(channels),
         size_(size),
-        nhwc_(nhwc) {}
+        nhwc_(nhwc),
+        blockThreads_(blockThreads) {}
+
+  std::string detail() const override {
+    return (nhwc_ ? "a thread an output, " : "a block a plane, ") + std::to_string(blockThreads_) +
+           "-thread blocks";
+  }
 
   Status enqueue(const Context& context) const override {
     return cudaStatus(
         launchGlobalPool(average_, type_, context.address(*inputs[0]), context.address(*outputs[0]),
-                         batch_, channels_, size_, nhwc_, context.stream),
+                         batch_, channels_, size_, nhwc_, blockThreads_, context.stream),
         "the global pooling kernel");
   }
 
@@ -112,10 +140,11 @@ class GlobalPoolStep final : public Step {
   ElementType type_;
   int64_t batch_, channels_, size_;
   bool nhwc_;
+  int blockThreads_;
 };
 
 std::unique_ptr<Step> makeGlobalPoolStep(const PoolNode& pool, ElementType type, const ir::Shape& x,
-                                         const ir::Shape& y) {
+                                         const ir::Shape& y, int blockThreads) {
   const ir::Shape nchw = pool.nhwc ? ir::permuteShape(x, ir::kNhwcToNchw) : x;
   std::vector<int64_t> expected(nchw.rank(), 1);
   expected[0] = nchw[0];
@@ -127,13 +156,14 @@ std::unique_ptr<Step> makeGlobalPoolStep(const PoolNode& pool, ElementType type,
   int64_t size = 1;
   for (size_t axis = 2; axis < nchw.rank(); ++axis) size *= nchw[axis];
   auto step = std::make_unique<GlobalPoolStep>(pool.op == PoolOp::kGlobalAverage, type, nchw[0],
-                                               nchw[1], size, pool.nhwc);
+                                               nchw[1], size, pool.nhwc, blockThreads);
   step->tactic = "kiln.global_pool";
   return step;
 }
 
 std::unique_ptr<Step> makeWindowPoolStep(const ir::Node& node, const PoolNode& pool,
-                                         ElementType type, const ir::Shape& x, const ir::Shape& y) {
+                                         ElementType type, const ir::Shape& x, const ir::Shape& y,
+                                         int blockThreads) {
   if (x.rank() > 5) return nullptr;
   const ir::Shape nchw = pool.nhwc ? ir::permuteShape(x, ir::kNhwcToNchw) : x;
   auto g = ir::resolvePoolGeometry(node, nchw);
@@ -171,12 +201,12 @@ std::unique_ptr<Step> makeWindowPoolStep(const ir::Node& node, const PoolNode& p
   alignedStrides(x, pool.nhwc, geometry.xStrides);
   alignedStrides(y, pool.nhwc, geometry.yStrides);
   geometry.channelsLast = pool.nhwc;
-  auto step = std::make_unique<WindowPoolStep>(geometry, kind, type, columnMajor);
+  auto step = std::make_unique<WindowPoolStep>(geometry, kind, type, columnMajor, blockThreads);
   step->tactic = "kiln.pool";
   return step;
 }
 
-std::unique_ptr<Step> makePoolStep(const ir::Node& node, const knobs::Route& /*route*/) {
+std::unique_ptr<Step> makePoolStep(const ir::Node& node, const knobs::Route& route) {
   const std::optional<PoolNode> pool = classify(node);
   if (!pool) return nullptr;
   const ir::Value* x = node.input(0);
@@ -201,9 +231,11 @@ std::unique_ptr<Step> makePoolStep(const ir::Node& node, const knobs::Route& /*r
   }
   if (y->dtype != x->dtype) return nullptr;
   if (x->shape.rank() < 3 || (pool->nhwc && x->shape.rank() != 4)) return nullptr;
-  std::unique_ptr<Step> step = pool->op == PoolOp::kGlobalMax || pool->op == PoolOp::kGlobalAverage
-                                   ? makeGlobalPoolStep(*pool, *type, x->shape, y->shape)
-                                   : makeWindowPoolStep(node, *pool, *type, x->shape, y->shape);
+  const int blockThreads = std::stoi(route.value(kPoolBlock, &node));
+  std::unique_ptr<Step> step =
+      pool->op == PoolOp::kGlobalMax || pool->op == PoolOp::kGlobalAverage
+          ? makeGlobalPoolStep(*pool, *type, x->shape, y->shape, blockThreads)
+          : makeWindowPoolStep(node, *pool, *type, x->shape, y->shape, blockThreads);
   if (step) step->layout = pool->nhwc ? "nhwc" : "nchw";
   return step;
 }

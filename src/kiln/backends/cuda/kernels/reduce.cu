@@ -22,10 +22,9 @@ constexpr int kWarpSize = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int64_t kMaxBlocks = 4096;  // grid-stride loops cover the rest
 // A warp per output up to this many reduced elements, a block beyond.
-constexpr int64_t kWarpRowLimit = 1024;
 // The column kernel's block: 32 neighbouring outputs by 8 slices of the reduced range.
 constexpr int kColumnWidth = 32;
-constexpr int kColumnSlices = 8;
+constexpr int kMaxColumnSlices = 32;  // a column block's slices: ReduceLaunch::columnSlices
 
 unsigned blocksFor(int64_t units) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(units, kMaxBlocks)));
@@ -419,7 +418,7 @@ template <typename R>
 __device__ typename R::State combineSlices(const R& reducer, const typename R::State* partial,
                                            int tx) {
   typename R::State total = partial[tx];
-  for (int slice = 1; slice < kColumnSlices; ++slice) {
+  for (int slice = 1; slice < static_cast<int>(blockDim.y); ++slice) {
     total = reducer.combine(total, partial[slice * kColumnWidth + tx]);
   }
   return total;
@@ -431,7 +430,7 @@ template <typename R, typename T>
 __global__ void columnsKernel(ReduceGeometry g, R reducer, DoubleMax<T> first, const T* x,
                               typename R::Out* y) {
   using S = typename R::State;
-  __shared__ alignas(16) unsigned char raw[kColumnSlices * kColumnWidth * 16];
+  __shared__ alignas(16) unsigned char raw[kMaxColumnSlices * kColumnWidth * 16];
   static_assert(sizeof(S) <= 16 && sizeof(double) <= 16, "a reduction state fits 16 bytes");
   S* partial = reinterpret_cast<S*>(raw);
   double* shifts = reinterpret_cast<double*>(raw);
@@ -445,7 +444,7 @@ __global__ void columnsKernel(ReduceGeometry g, R reducer, DoubleMax<T> first, c
     if constexpr (R::kTwoPass) {
       double m = first.identity();
       if (active) {
-        for (int64_t r = ty; r < g.reduced; r += kColumnSlices) {
+        for (int64_t r = ty; r < g.reduced; r += blockDim.y) {
           m = first.take(m, x[base + reducedOffset(g, r)], r, 0.0);
         }
       }
@@ -453,14 +452,14 @@ __global__ void columnsKernel(ReduceGeometry g, R reducer, DoubleMax<T> first, c
       shifts[ty * kColumnWidth + tx] = m;
       __syncthreads();
       m = shifts[tx];
-      for (int slice = 1; slice < kColumnSlices; ++slice) {
+      for (int slice = 1; slice < static_cast<int>(blockDim.y); ++slice) {
         m = first.combine(m, shifts[slice * kColumnWidth + tx]);
       }
       shift = m;
     }
     S s = reducer.identity();
     if (active) {
-      for (int64_t r = ty; r < g.reduced; r += kColumnSlices) {
+      for (int64_t r = ty; r < g.reduced; r += blockDim.y) {
         s = reducer.take(s, x[base + reducedOffset(g, r)], r, shift);
       }
     }
@@ -479,7 +478,7 @@ template <typename R, typename T>
 __global__ void columnsSplitKernel(ReduceGeometry g, R reducer, const T* x,
                                    typename R::State* partials, int64_t chunk) {
   using S = typename R::State;
-  __shared__ alignas(16) unsigned char raw[kColumnSlices * kColumnWidth * 16];
+  __shared__ alignas(16) unsigned char raw[kMaxColumnSlices * kColumnWidth * 16];
   static_assert(sizeof(S) <= 16, "a reduction state fits 16 bytes");
   S* partial = reinterpret_cast<S*>(raw);
   const int tx = threadIdx.x, ty = threadIdx.y;
@@ -491,7 +490,7 @@ __global__ void columnsSplitKernel(ReduceGeometry g, R reducer, const T* x,
   S s = reducer.identity();
   if (active) {
     const int64_t base = keptOffset(g, o);
-    for (int64_t r = begin + ty; r < end; r += kColumnSlices) {
+    for (int64_t r = begin + ty; r < end; r += blockDim.y) {
       s = reducer.take(s, x[base + reducedOffset(g, r)], r, 0.0);
     }
   }
@@ -526,16 +525,16 @@ cudaError_t launchWith(const ReduceLaunch& launch, const R& reducer, cudaStream_
     const int64_t chunk = (g.reduced + splits - 1) / splits;
     const dim3 grid(static_cast<unsigned>((g.outputs + kColumnWidth - 1) / kColumnWidth),
                     static_cast<unsigned>(splits));
-    columnsSplitKernel<R, T>
-        <<<grid, dim3(kColumnWidth, kColumnSlices), 0, stream>>>(g, reducer, x, partials, chunk);
+    columnsSplitKernel<R, T><<<grid, dim3(kColumnWidth, launch.columnSlices), 0, stream>>>(
+        g, reducer, x, partials, chunk);
     combineSplitsKernel<R><<<blocksFor((g.outputs + 255) / 256), 256, 0, stream>>>(
         g.outputs, reducer, partials, splits, y);
   } else if (!g.rows) {
-    const dim3 block(kColumnWidth, kColumnSlices);
+    const dim3 block(kColumnWidth, launch.columnSlices);
     columnsKernel<R, T>
         <<<blocksFor((g.outputs + kColumnWidth - 1) / kColumnWidth), block, 0, stream>>>(
             g, reducer, first, x, y);
-  } else if (reduceUsesWarpRows(g)) {
+  } else if (reduceUsesWarpRows(launch)) {
     const int groups = launch.blockThreads / kWarpSize;
     rowsKernel<false, R, T>
         <<<blocksFor((g.outputs + groups - 1) / groups), launch.blockThreads, 0, stream>>>(
@@ -571,8 +570,8 @@ int64_t reduceWorkspaceBytes(const ReduceLaunch& launch) {
   return splits > 1 ? splits * launch.geometry.outputs * 16 : 0;
 }
 
-bool reduceUsesWarpRows(const ReduceGeometry& geometry) {
-  return geometry.reduced <= kWarpRowLimit;
+bool reduceUsesWarpRows(const ReduceLaunch& launch) {
+  return launch.geometry.reduced <= launch.warpRowLimit;
 }
 
 bool reduceSupported(ReduceOp op, ElementType type) {
@@ -584,6 +583,9 @@ cudaError_t launchReduce(const ReduceLaunch& launch, cudaStream_t stream) {
   const ReduceGeometry& g = launch.geometry;
   if (!reduceSupported(launch.op, launch.type)) return cudaErrorInvalidValue;
   if (launch.blockThreads != 128 && launch.blockThreads != 256 && launch.blockThreads != 512) {
+    return cudaErrorInvalidValue;
+  }
+  if (launch.columnSlices < 1 || launch.columnSlices > kMaxColumnSlices) {
     return cudaErrorInvalidValue;
   }
   if (g.keptRank > kMaxReduceRank || g.reducedRank > kMaxReduceRank || g.reduced < 0) {

@@ -23,8 +23,6 @@
 
 namespace kiln::cuda {
 
-class Step;
-
 enum class ReduceOp : int {
   kSum,
   kMean,
@@ -60,6 +58,8 @@ struct ReduceLaunch {
   ReduceGeometry geometry;
   bool selectLastIndex = false;  // ArgMax/ArgMin: ties go to the last index
   int blockThreads = 256;        // the row kernel's block: 128, 256 or 512
+  int columnSlices = 8;          // the column kernels' threads along the reduced range, 1 to 32
+  int64_t warpRowLimit = 1024;   // rows this long or shorter take a warp, longer ones a block
   // Split columns (see reduceColumnSplits): the blocks to aim for, and the fewest reduced
   // elements a split takes.
   int64_t splitTargetBlocks = 1056;
@@ -79,11 +79,8 @@ cudaError_t launchReduce(const ReduceLaunch& launch, cudaStream_t stream);
 int64_t reduceColumnSplits(const ReduceLaunch& launch);
 int64_t reduceWorkspaceBytes(const ReduceLaunch& launch);
 
-// Whether the row kernel gives each output a warp (short reductions) or a whole block.
-bool reduceUsesWarpRows(const ReduceGeometry& geometry);
-
-// The launch a reduction step chose ("rows, a block of 256 per output", "columns"), for
-// `kiln inspect` and tests; "" for a step that is not one of reduce_steps.cc's.
-std::string reduceStepDetail(const Step& step);
+// Whether the row kernel gives each output a warp (reductions of at most warpRowLimit elements)
+// or a whole block.
+bool reduceUsesWarpRows(const ReduceLaunch& launch);
 
 }  // namespace kiln::cuda

@@ -47,6 +47,29 @@ const knobs::Knob kReduceSplitMinChunk = knobs::declareKnob({
     .perNode = true,
 });
 
+const knobs::Knob kReduceWarpRowLimit = knobs::declareKnob({
+    .name = "cuda.reduce.warp_row_limit",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"1024", "256", "4096"},
+    .defaultValue = "1024",
+    .help = "the longest reduction over the innermost axis the row kernel gives one warp an "
+            "output (longer ones get a whole block an output)",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kReduceColumnSlices = knobs::declareKnob({
+    .name = "cuda.reduce.column_slices",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"8", "4", "16", "32"},
+    .defaultValue = "8",
+    .help = "threads along the reduced range in a block of the column reduction (reductions "
+            "over outer axes, 32 outputs a block): more slices take more of a long range at "
+            "once, fewer leave more blocks resident",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
 namespace {
 
 using ir::DType;
@@ -101,12 +124,13 @@ class ReduceStep final : public Step {
 
   int64_t workspaceBytes() const override { return reduceWorkspaceBytes(launch_); }
 
-  std::string detail() const {
+  std::string detail() const override {
     const std::string block = std::to_string(launch_.blockThreads);
     const int64_t splits = reduceColumnSplits(launch_);
-    if (splits > 1) return "columns, 32x8 blocks, range split " + std::to_string(splits) + " ways";
-    if (!launch_.geometry.rows) return "columns, 32x8 blocks";
-    if (reduceUsesWarpRows(launch_.geometry)) {
+    const std::string columns = "columns, 32x" + std::to_string(launch_.columnSlices) + " blocks";
+    if (splits > 1) return columns + ", range split " + std::to_string(splits) + " ways";
+    if (!launch_.geometry.rows) return columns;
+    if (reduceUsesWarpRows(launch_)) {
       return "rows, a warp per output, " + block + "-thread blocks";
     }
     return "rows, a " + block + "-thread block per output";
@@ -194,6 +218,8 @@ std::unique_ptr<Step> makeReduceStep(const ir::Node& node, const knobs::Route& r
   if (!geometry || geometry->outputs != y->shape.elementCount()) return nullptr;
   launch.geometry = *geometry;
   launch.blockThreads = std::stoi(route.value(kReduceBlock, &node));
+  launch.columnSlices = std::stoi(route.value(kReduceColumnSlices, &node));
+  launch.warpRowLimit = std::stoll(route.value(kReduceWarpRowLimit, &node));
   launch.splitTargetBlocks = std::stoll(route.value(kReduceSplitBlocks, &node));
   launch.splitMinChunk = std::stoll(route.value(kReduceSplitMinChunk, &node));
   auto step = std::make_unique<ReduceStep>(launch);
@@ -204,10 +230,5 @@ std::unique_ptr<Step> makeReduceStep(const ir::Node& node, const knobs::Route& r
 const int kRegistered = registerStepFactory(kRankReduce, "reduce", makeReduceStep);
 
 }  // namespace
-
-std::string reduceStepDetail(const Step& step) {
-  const auto* reduce = dynamic_cast<const ReduceStep*>(&step);
-  return reduce ? reduce->detail() : "";
-}
 
 }  // namespace kiln::cuda

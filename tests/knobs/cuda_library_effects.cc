@@ -1,0 +1,138 @@
+// Effects of the knobs that steer cuDNN's and cuBLASLt's choices (kernels/conv_steps.cc,
+// kernels/gemm_product.cc): how much workspace an engine or algorithm may take, which heuristics
+// rank cuDNN's engines, which numerics its engines may use, how many candidates a timed choice
+// times and how often. Lowering states the request in the step's detail, so the difference shows
+// without a GPU; on a GPU the detail also names what the library gave, and the cases check that
+// the answer keeps to the request (an engine's workspace within the limit, say).
+#if KILN_HAVE_CUDA
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "graph_sketch.h"
+#include "knob_effects.h"
+
+namespace kiln::testing {
+namespace {
+
+// x [2, 16, 14, 14] -> Conv 3x3 (pads 1) with a bias: one cuDNN step, the shape Winograd engines
+// take.
+ir::Graph conv3x3() {
+  GraphSketch g;
+  g.output(g.node(
+      "Conv", {g.input("x", {2, 16, 14, 14}), g.weight("w", {16, 16, 3, 3}), g.weight("b", {16})},
+      {{"pads", ints({1, 1, 1, 1})}}, "conv"));
+  return g.take();
+}
+
+// fc = Gemm(x [64, 256], w [256, 128], b [128]).
+ir::Graph gemm() {
+  GraphSketch g;
+  g.output(g.node("Gemm",
+                  {g.input("x", {64, 256}), g.weight("w", {256, 128}), g.weight("b", {128})}, {},
+                  "fc"));
+  return g.take();
+}
+
+// The workspace a prepared step says its library's choice takes ("workspace N bytes"), or -1
+// when the detail names none (no GPU: nothing was prepared).
+int64_t preparedWorkspace(const std::string& detail) {
+  std::smatch match;
+  static const std::regex pattern("workspace (\\d+) bytes");
+  return std::regex_search(detail, match, pattern) ? std::stoll(match[1]) : -1;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+struct DetailEffect {
+  const char* knob;
+  const char* value;
+  const char* base;     // in the base build's detail
+  const char* changed;  // in the changed build's detail instead
+  const char* baseRoute = "";
+  double tolerance = 1e-4;
+};
+
+// Registers one case a row: the layer's detail says `base` without the knob and `changed` with
+// it; a workspace limit (cuda.*.workspace) must also hold for what the GPU prepared.
+void registerDetailEffects(const char* layer, std::function<ir::Graph()> graph,
+                           const std::vector<DetailEffect>& rows) {
+  for (const DetailEffect& row : rows) {
+    const std::string name = layer, base = row.base, changed = row.changed, knob = row.knob;
+    const int64_t limit =
+        contains(knob, ".workspace") ? int64_t{std::stoi(row.value)} << 20 : int64_t{-1};
+    registerKnobEffect({
+        .knob = row.knob,
+        .value = row.value,
+        .shows = std::string("the request to the library reads \"") + row.changed +
+                 "\" instead of \"" + row.base + "\"",
+        .backend = "cuda",
+        .graph = graph,
+        .baseRoute = row.baseRoute,
+        .tolerance = row.tolerance,
+        .expect =
+            [name, base, changed, limit](const BuildSnapshot& before, const BuildSnapshot& after) {
+              const std::string& was = before.layer(name).detail;
+              const std::string& now = after.layer(name).detail;
+              EXPECT_TRUE(contains(was, base)) << was;
+              EXPECT_FALSE(contains(was, changed)) << was;
+              EXPECT_TRUE(contains(now, changed)) << now;
+              if (limit >= 0 && !after.outputs.empty()) {
+                const int64_t used = preparedWorkspace(now);
+                EXPECT_GE(used, 0) << "a prepared step names its workspace: " << now;
+                EXPECT_LE(used, limit) << now;
+              }
+            },
+    });
+  }
+}
+
+[[maybe_unused]] const int kConvEffects = [] {
+  const char* timed = "-cuda.conv.algo=timed";
+  registerDetailEffects(
+      "conv", conv3x3,
+      {
+          {"cuda.conv.workspace", "0", "within 256 MiB of workspace", "within 0 MiB of workspace"},
+          {"cuda.conv.workspace", "16", "within 256 MiB", "within 16 MiB"},
+          {"cuda.conv.workspace", "64", "within 256 MiB", "within 64 MiB"},
+          {"cuda.conv.workspace", "1024", "within 256 MiB", "within 1024 MiB"},
+          {"cuda.conv.candidates", "2", "8 configs timed", "2 configs timed", timed},
+          {"cuda.conv.candidates", "4", "8 configs timed", "4 configs timed", timed},
+          {"cuda.conv.candidates", "16", "8 configs timed", "16 configs timed", timed},
+          {"cuda.conv.timing_runs", "1", "timed 3 runs each", "timed 1 runs each", timed},
+          {"cuda.conv.timing_runs", "10", "timed 3 runs each", "timed 10 runs each", timed},
+          {"cuda.conv.heuristics", "b", "cuDNN, heuristics A", "cuDNN, heuristics B"},
+          {"cuda.conv.winograd", "allow", "workspace", "allowed, Winograd", "", 1e-3},
+          {"cuda.conv.fft", "allow", "workspace", "allowed, FFT", "", 1e-3},
+          {"cuda.conv.reduced_precision", "allow", "workspace", "allowed, reduced precision", "",
+           2e-2},
+          {"cuda.conv.nondeterministic", "deny", "workspace", ", deterministic"},
+      });
+  return 0;
+}();
+
+[[maybe_unused]] const int kGemmEffects = [] {
+  const char* timed = "-cuda.gemm.algo=timed";
+  registerDetailEffects(
+      "fc", gemm,
+      {
+          {"cuda.gemm.workspace", "0", "workspace within 32 MiB", "workspace within 0 MiB"},
+          {"cuda.gemm.workspace", "4", "workspace within 32 MiB", "workspace within 4 MiB"},
+          {"cuda.gemm.workspace", "128", "workspace within 32 MiB", "workspace within 128 MiB"},
+          {"cuda.gemm.candidates", "2", "up to 8 timed", "up to 2 timed", timed},
+          {"cuda.gemm.candidates", "4", "up to 8 timed", "up to 4 timed", timed},
+          {"cuda.gemm.candidates", "16", "up to 8 timed", "up to 16 timed", timed},
+          {"cuda.gemm.timing_runs", "1", "timed 3 runs each", "timed 1 runs each", timed},
+          {"cuda.gemm.timing_runs", "10", "timed 3 runs each", "timed 10 runs each", timed},
+          {"cuda.gemm.split_k", "deny", "split-K allowed", "split-K denied"},
+      });
+  return 0;
+}();
+
+}  // namespace
+}  // namespace kiln::testing
+#endif
