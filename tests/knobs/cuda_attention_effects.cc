@@ -44,6 +44,27 @@ KILN_KNOB_EFFECT({
         },
 });
 
+[[maybe_unused]] const int kFlashMinKeyEffects = [] {
+  for (const char* keys : {"128", "512"}) {
+    registerKnobEffect({
+        .knob = "cuda.attention.flash_min_keys",
+        .value = keys,
+        .shows = std::string("a float16 kiln.Attention over 70 keys, fewer than ") + keys +
+                 ", runs unfused instead of through the flash kernel",
+        .backend = "cuda",
+        .graph = attentionHeads,
+        .baseRoute = "-cuda.precision=fp16 -cuda.host_fallback=off",
+        .tolerance = 2e-2,
+        .expect =
+            [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+              EXPECT_EQ(base.layer("attn").tactic, "kiln.attention.flash");
+              EXPECT_EQ(changed.layer("attn").tactic, "kiln.attention.unfused");
+            },
+    });
+  }
+  return 0;
+}();
+
 // x [1, 2, 40, 64] attention over `keys` keys, unfused (float32: flash does not take it).
 std::function<ir::Graph()> unfusedAttention(int64_t keys) {
   return [keys] {

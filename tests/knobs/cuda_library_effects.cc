@@ -7,6 +7,7 @@
 #if KILN_HAVE_CUDA
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <regex>
 #include <string>
 #include <vector>
@@ -111,6 +112,9 @@ void registerDetailEffects(const char* layer, std::function<ir::Graph()> graph,
           {"cuda.conv.reduced_precision", "allow", "workspace", "allowed, reduced precision", "",
            2e-2},
           {"cuda.conv.nondeterministic", "deny", "workspace", ", deterministic"},
+          {"cuda.conv.engine_rank", "1", "the first that plans", "number 2 of those that plan"},
+          {"cuda.conv.engine_rank", "2", "the first that plans", "number 3 of those that plan"},
+          {"cuda.conv.engine_rank", "3", "the first that plans", "number 4 of those that plan"},
       });
   return 0;
 }();
@@ -129,7 +133,60 @@ void registerDetailEffects(const char* layer, std::function<ir::Graph()> graph,
           {"cuda.gemm.timing_runs", "1", "timed 3 runs each", "timed 1 runs each", timed},
           {"cuda.gemm.timing_runs", "10", "timed 3 runs each", "timed 10 runs each", timed},
           {"cuda.gemm.split_k", "deny", "split-K allowed", "split-K denied"},
+          {"cuda.gemm.algo_rank", "1", "split-K allowed", "the heuristics' number 2"},
+          {"cuda.gemm.algo_rank", "2", "split-K allowed", "the heuristics' number 3"},
+          {"cuda.gemm.algo_rank", "3", "split-K allowed", "the heuristics' number 4"},
       });
+  return 0;
+}();
+
+// Products and convolutions small enough for kiln's own kernels (cuda.*.native_below).
+struct NativeBelow {
+  const char* knob;
+  const char* value;
+  std::function<ir::Graph()> graph;
+  const char* layer;
+  const char* library;  // the base build's tactic
+  const char* native;   // the changed build's
+};
+
+[[maybe_unused]] const int kNativeBelowEffects = [] {
+  auto tinyConv = [] {
+    // x [1, 16, 1, 1] -> 1x1 Conv to 8 channels: 128 multiply-adds (a squeeze-excite FC).
+    GraphSketch g;
+    g.output(g.node("Conv",
+                    {g.input("x", {1, 16, 1, 1}), g.weight("w", {8, 16, 1, 1}), g.weight("b", {8})},
+                    {}, "conv"));
+    return g.take();
+  };
+  auto tinyGemm = [] {
+    GraphSketch g;  // [1, 16] x [16, 24]: 384 multiply-adds
+    g.output(g.node("Gemm", {g.input("x", {1, 16}), g.weight("w", {16, 24}), g.weight("b", {24})},
+                    {}, "fc"));
+    return g.take();
+  };
+  for (const NativeBelow& e : std::vector<NativeBelow>{
+           {"cuda.conv.native_below", "65536", tinyConv, "conv", "cudnn", "kiln.conv"},
+           // conv3x3: 6272 outputs of 144 multiply-adds each, 903168 in all.
+           {"cuda.conv.native_below", "1048576", conv3x3, "conv", "cudnn", "kiln.conv"},
+           {"cuda.gemm.native_below", "16384", tinyGemm, "fc", "cublaslt", "native"},
+           // gemm: 64 x 128 x 256 = 2097152 multiply-adds, above both thresholds: the tiny one.
+           {"cuda.gemm.native_below", "262144", tinyGemm, "fc", "cublaslt", "native"}}) {
+    const std::string layer = e.layer, library = e.library, native = e.native;
+    registerKnobEffect({
+        .knob = e.knob,
+        .value = e.value,
+        .shows = std::string("a ") + e.layer + " below " + e.value +
+                 " multiply-adds runs kiln's kernel instead of the library",
+        .backend = "cuda",
+        .graph = e.graph,
+        .expect =
+            [layer, library, native](const BuildSnapshot& before, const BuildSnapshot& after) {
+              EXPECT_EQ(before.layer(layer).tactic, library);
+              EXPECT_EQ(after.layer(layer).tactic, native);
+            },
+    });
+  }
   return 0;
 }();
 

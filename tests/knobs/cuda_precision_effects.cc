@@ -82,6 +82,30 @@ KILN_KNOB_EFFECT({
         },
 });
 
+KILN_KNOB_EFFECT({
+    .knob = "cuda.precision.inputs_fp32",
+    .value = "on",
+    .shows = "under fp16 the MatMul that reads the graph's input runs float32 while the one after "
+             "it runs float16",
+    .backend = "cuda",
+    .graph =
+        [] {
+          GraphSketch g;
+          auto first =
+              g.node("MatMul", {g.input("x", {8, 32}), g.weight("w1", {32, 16})}, {}, "first");
+          g.output(g.node("MatMul", {first, g.weight("w2", {16, 4})}, {}, "last"));
+          return g.take();
+        },
+    .baseRoute = kFp16,
+    .tolerance = 2e-2,
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.layer("first").precision, "fp16");
+          EXPECT_EQ(changed.layer("first").precision, "fp32");
+          EXPECT_EQ(changed.layer("last").precision, "fp16");
+        },
+});
+
 }  // namespace
 }  // namespace kiln::testing
 #endif

@@ -62,6 +62,17 @@ const knobs::Knob kEltwiseInFp32 = knobs::declareKnob({
     .changesNumerics = true,
 });
 
+const knobs::Knob kInputsInFp32 = knobs::declareKnob({
+    .name = "cuda.precision.inputs_fp32",
+    .kind = knobs::KnobKind::kBool,
+    .defaultValue = "off",
+    .help = "under fp16 or bf16, run the nodes that read the graph's inputs (a network's first "
+            "convolution, say) in float32, instead of casting the inputs to the reduced type "
+            "first",
+    .backends = {"cuda"},
+    .changesNumerics = true,
+});
+
 const knobs::Knob kOutputsInFp32 = knobs::declareKnob({
     .name = "cuda.precision.outputs_fp32",
     .kind = knobs::KnobKind::kBool,
@@ -181,6 +192,16 @@ bool isElementwise(const std::string& op) {
   return ops.count(op) > 0;
 }
 
+// Whether `node` reads one of the graph's inputs.
+bool readsGraphInput(const ir::Node& node, const ir::Graph& graph) {
+  for (const ir::Value* input : node.inputs) {
+    for (const ir::Value* graphInput : graph.inputs) {
+      if (input && input == graphInput) return true;
+    }
+  }
+  return false;
+}
+
 // Whether `node` writes one of the graph's outputs.
 bool writesGraphOutput(const ir::Node& node, const ir::Graph& graph) {
   for (const ir::Value* output : node.outputs) {
@@ -266,8 +287,10 @@ Result<std::vector<std::string>> assignPrecision(ir::Graph& graph, const knobs::
   // Which nodes run reduced, decided on the graph as it is (before any rewrite).
   std::vector<std::pair<ir::Node*, ir::DType>> reduced;
   const bool outputsInFp32 = route.value(kOutputsInFp32) == "on";
+  const bool inputsInFp32 = route.value(kInputsInFp32) == "on";
   for (const auto& node : graph.nodes()) {
     if (outputsInFp32 && writesGraphOutput(*node, graph)) continue;
+    if (inputsInFp32 && readsGraphInput(*node, graph)) continue;
     if (auto type = reducedTypeFor(*node, route)) reduced.emplace_back(node.get(), *type);
   }
   if (reduced.empty()) return changes;

@@ -49,6 +49,18 @@ const knobs::Knob kAttentionKernel = knobs::declareKnob({
     .changesNumerics = true,
 });
 
+const knobs::Knob kAttentionFlashMinKeys = knobs::declareKnob({
+    .name = "cuda.attention.flash_min_keys",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"1", "128", "512"},
+    .defaultValue = "1",
+    .help = "the fewest keys a kiln.Attention needs to take the flash kernel (cuda.attention."
+            "kernel=flash); shorter ones (Swin's 49-key windows, say) run unfused",
+    .backends = {"cuda"},
+    .perNode = true,
+    .changesNumerics = true,
+});
+
 const knobs::Knob kAttentionSoftmaxWarpRows = knobs::declareKnob({
     .name = "cuda.attention.softmax.warp_rows",
     .kind = knobs::KnobKind::kEnum,
@@ -357,7 +369,9 @@ std::unique_ptr<Step> makeAttentionStep(const ir::Node& node, const knobs::Route
   const ir::AttentionGeometry& g = *geometry;
   const std::string kernel = route.value(kAttentionKernel, &node);
   const bool flash = kernel == "flash";
-  if (flash && flashAttentionSupports(*type, g.d, g.dv, g.batch * g.sq, g.skv)) {
+  const int64_t minKeys = std::stoll(route.value(kAttentionFlashMinKeys, &node));
+  if (flash && g.skv >= minKeys &&
+      flashAttentionSupports(*type, g.d, g.dv, g.batch * g.sq, g.skv)) {
     return std::make_unique<FlashAttentionStep>(std::move(*geometry), *type);
   }
   return std::make_unique<AttentionStep>(

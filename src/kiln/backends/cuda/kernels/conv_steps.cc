@@ -158,6 +158,31 @@ const knobs::Knob kConvNativeBlock = knobs::declareKnob({
     .perNode = true,
 });
 
+const knobs::Knob kConvEngineRank = knobs::declareKnob({
+    .name = "cuda.conv.engine_rank",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"0", "1", "2", "3"},
+    .defaultValue = "0",
+    .help = "under cuda.conv.algo=heuristic, which of the engine configs that plan (in cuDNN's "
+            "heuristic order, accurate enough and within the workspace) a convolution takes: the "
+            "first, or the second, third or fourth (the last there is where fewer plan), so a "
+            "search can try other engines without timing them layer by layer",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kConvNativeBelow = knobs::declareKnob({
+    .name = "cuda.conv.native_below",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"0", "65536", "1048576"},
+    .defaultValue = "0",
+    .help = "convolutions of fewer multiply-adds than this run kiln's direct kernel instead of "
+            "cuDNN, whose per-call cost can outweigh tiny problems (the 1x1 convolutions of "
+            "squeeze-excite blocks over 1x1 images); 0: none",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
 const knobs::Knob kConvWorkspace = knobs::declareKnob({
     .name = "cuda.conv.workspace",
     .kind = knobs::KnobKind::kEnum,
@@ -1178,6 +1203,7 @@ struct ConvChoice {
   bool depthwise = false;  // kiln's depthwise NHWC kernel (problem.depthwise is set)
   bool timed = false;
   size_t candidates = 8;  // configs timed (timed)
+  int engineRank = 0;     // heuristic: the plannable config taken, in heuristic order
   int nativeBlock = 256;  // threads a block of kiln's direct and transposed kernels
   int timingRuns = 3;     // timed runs of each (timed)
   bool fuseEpilogue = true;
@@ -1228,7 +1254,9 @@ class ConvStep final : public Step {
       }
       if (!cached) {
         KILN_ASSIGN_OR_RETURN(plans,
-                              findPlans(*graph, handle, choice_.timed ? choice_.candidates : 1,
+                              findPlans(*graph, handle,
+                                        choice_.timed ? choice_.candidates
+                                                      : static_cast<size_t>(choice_.engineRank) + 1,
                                         choice_.engines, reasons));
       }
       if (plans.empty()) {
@@ -1240,7 +1268,9 @@ class ConvStep final : public Step {
       graph_ = std::move(*graph);
       KILN_RETURN_IF_ERROR(prepareWeights(prepare));
       size_t best = 0;
-      if (plans.size() > 1) {
+      if (!choice_.timed) {
+        best = plans.size() - 1;  // the config of engineRank, or the last that planned
+      } else if (plans.size() > 1) {
         KILN_ASSIGN_OR_RETURN(best, fastest(plans, prepare));
         prepare.recordChoice(key, {{"heuristics", plans[best].heuristics},
                                    {"config", plans[best].configIndex},
@@ -1280,7 +1310,9 @@ class ConvStep final : public Step {
         kHeuristicNames[f.heuristicsMode],
         choice_.timed
             ? fmt::format(", {} configs timed {} runs each", choice_.candidates, choice_.timingRuns)
-            : ", the first that plans",
+        : choice_.engineRank == 0
+            ? ", the first that plans"
+            : fmt::format(", number {} of those that plan", choice_.engineRank + 1),
         f.maxWorkspace >> 20, f.tensorCores ? ", tensor cores" : "",
         f.deterministic ? ", deterministic" : "",
         allowed.empty() ? "" : " (allowed" + allowed + ")");
@@ -1501,8 +1533,13 @@ std::unique_ptr<Step> makeConvStep(const ir::Node& node, const knobs::Route& rou
   ConvChoice choice;
   // cuDNN pads both ends of a dimension alike, and takes no empty tensors: those stay with
   // kiln's kernel whatever the knob says.
-  choice.cudnn =
-      route.value(kConvSource, &node) == "cudnn" && problem->cudnnGeometry && !problem->empty;
+  // Multiply-adds: each output sums over its group's channels and the kernel's taps.
+  const int64_t outChannels = std::max<int64_t>(problem->geometry.outChannels, 1);
+  const double macs = static_cast<double>(problem->outputElements) *
+                      static_cast<double>(problem->weightElements / outChannels);
+  choice.cudnn = route.value(kConvSource, &node) == "cudnn" && problem->cudnnGeometry &&
+                 !problem->empty && macs >= std::stod(route.value(kConvNativeBelow, &node));
+  choice.engineRank = std::stoi(route.value(kConvEngineRank, &node));
   choice.depthwise = problem->depthwise && route.value(kConvDepthwise, &node) == "kiln";
   choice.tiling.pixels = std::stoi(route.value(kConvDepthwisePixels, &node));
   choice.tiling.blockThreads = std::stoi(route.value(kConvDepthwiseBlock, &node));

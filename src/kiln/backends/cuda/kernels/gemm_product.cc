@@ -261,7 +261,11 @@ MatrixProduct::MatrixProduct(const ProductShape& shape, const ProductOptions& op
   epilogue_.bias = nullptr;
   // The native kernel takes float C from reduced A and B, or all of one type.
   KILN_CHECK(shape.outputType == kGemmFloat32 || shape.outputType == shape.inputType);
-  useLt_ = options.source == ProductSource::kCublasLt && cublasLtCanTake(shape);
+  const double macs = static_cast<double>(shape.m) * static_cast<double>(shape.n) *
+                      static_cast<double>(shape.k) *
+                      static_cast<double>(std::max<int64_t>(shape.batch, 1));
+  useLt_ = options.source == ProductSource::kCublasLt && cublasLtCanTake(shape) &&
+           macs >= options.nativeBelow;
   planFusion(useLt_);
   detail_ = useLt_ ? "cuBLASLt (algorithm chosen at prepare; " + preferenceText() + ")"
                    : "kiln's tiled GEMM kernel";
@@ -275,7 +279,8 @@ std::string MatrixProduct::preferenceText() const {
       options_.splitK ? "allowed" : "denied",
       options_.algorithm == AlgorithmChoice::kTimed
           ? fmt::format(", up to {} timed {} runs each", options_.candidates, options_.timingRuns)
-          : "");
+      : options_.algoRank > 0 ? fmt::format(", the heuristics' number {}", options_.algoRank + 1)
+                              : "");
 }
 
 void MatrixProduct::planFusion(bool useLt) {
@@ -345,7 +350,8 @@ Status MatrixProduct::prepareLt(PrepareContext& prepare, const void* a, const vo
   lt.alignX = alignmentOf(b, s.strideB, s.inputType, s.batch);
   lt.alignY = alignmentOf(a, s.strideA, s.inputType, s.batch);
   lt.alignD = alignmentOf(c, s.strideC, s.outputType, s.batch);
-  const int count = options_.algorithm == AlgorithmChoice::kTimed ? options_.candidates : 1;
+  const bool timed = options_.algorithm == AlgorithmChoice::kTimed;
+  const int count = timed ? options_.candidates : options_.algoRank + 1;
   // Tiers: the epilogue as planned, then (if that had a fused part) the bare product with kiln's
   // epilogue kernel after it.
   std::string why;
@@ -395,21 +401,21 @@ Status MatrixProduct::prepareLt(PrepareContext& prepare, const void* a, const vo
   // A timed choice: the timing cache's record of the candidate that won, when the heuristics
   // still offer that algorithm at that position (its bytes equal), is taken without timing.
   // The timing cache's key: everything the descriptors and the candidate list depend on.
+  const bool timing = timed && found.size() > 1;
   const std::string key =
-      found.size() <= 1
-          ? ""
-          : fmt::format(
-                "cublaslt m={} n={} k={} batch={} trans={}{} pitch={},{},{} stride={},{},{} "
-                "types={}->{} tf32={} epilogue={} bias={} align={},{},{},{} candidates={} "
-                "workspace={} split_k={} runs={} act={}",
-                s.m, s.n, s.k, s.batch, s.transA ? "t" : "n", s.transB ? "t" : "n", s.pitchA(),
-                s.pitchB(), s.pitchC(), s.strideA, s.strideB, s.strideC, nameOf(s.inputType),
-                nameOf(s.outputType), options_.tf32, static_cast<int>(ltEpilogue),
-                static_cast<int>(biasPlace_), lt.alignX, lt.alignY, lt.alignC, lt.alignD, count,
-                options_.maxWorkspace, options_.splitK, options_.timingRuns,
-                static_cast<int>(epilogue_.activation));
+      !timing ? ""
+              : fmt::format(
+                    "cublaslt m={} n={} k={} batch={} trans={}{} pitch={},{},{} stride={},{},{} "
+                    "types={}->{} tf32={} epilogue={} bias={} align={},{},{},{} candidates={} "
+                    "workspace={} split_k={} runs={} act={}",
+                    s.m, s.n, s.k, s.batch, s.transA ? "t" : "n", s.transB ? "t" : "n", s.pitchA(),
+                    s.pitchB(), s.pitchC(), s.strideA, s.strideB, s.strideC, nameOf(s.inputType),
+                    nameOf(s.outputType), options_.tf32, static_cast<int>(ltEpilogue),
+                    static_cast<int>(biasPlace_), lt.alignX, lt.alignY, lt.alignC, lt.alignD, count,
+                    options_.maxWorkspace, options_.splitK, options_.timingRuns,
+                    static_cast<int>(epilogue_.activation));
   std::optional<size_t> recorded;
-  if (auto record = found.size() > 1 ? prepare.cachedChoice(key) : std::nullopt) {
+  if (auto record = timing ? prepare.cachedChoice(key) : std::nullopt) {
     const int64_t index = record->value("index", int64_t{-1});
     if (index >= 0 && index < static_cast<int64_t>(found.size()) &&
         record->value("algo", std::string()) == algoHex(found[static_cast<size_t>(index)].algo)) {
@@ -419,7 +425,9 @@ Status MatrixProduct::prepareLt(PrepareContext& prepare, const void* a, const vo
       prepare.forgetChoice(key);
     }
   }
-  if (recorded) {
+  if (!timed) {
+    best = found.size() - 1;  // the algorithm of algoRank, or the last the heuristics gave
+  } else if (recorded) {
     best = *recorded;
   } else if (found.size() > 1) {
     // Time each candidate on the step's buffers (scratch where a buffer is not known yet): one
@@ -501,9 +509,9 @@ Status MatrixProduct::prepareLt(PrepareContext& prepare, const void* a, const vo
                                        &written);
   detail_ = fmt::format("cuBLASLt algorithm {} ({} of {} candidate(s){}), workspace {} bytes; {}",
                         algoId, best + 1, found.size(),
-                        found.size() <= 1 ? ""
-                        : recorded        ? ", timed before: from the timing cache"
-                                          : ", timed",
+                        !timing    ? ""
+                        : recorded ? ", timed before: from the timing cache"
+                                   : ", timed",
                         workspaceBytes_, preferenceText());
   return Status::ok();
 }

@@ -121,6 +121,30 @@ const knobs::Knob kGemmGeluEpilogue = knobs::declareKnob({
     .changesNumerics = true,
 });
 
+const knobs::Knob kGemmAlgoRank = knobs::declareKnob({
+    .name = "cuda.gemm.algo_rank",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"0", "1", "2", "3"},
+    .defaultValue = "0",
+    .help = "under cuda.gemm.algo=heuristic, which of cuBLASLt's algorithms (in its heuristics' "
+            "order) a product takes: the first, or the second, third or fourth (the last it "
+            "offers where it offers fewer)",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kGemmNativeBelow = knobs::declareKnob({
+    .name = "cuda.gemm.native_below",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"0", "16384", "262144"},
+    .defaultValue = "0",
+    .help = "products of fewer multiply-adds (m n k, times the batch) than this run kiln's tiled "
+            "kernel instead of cuBLASLt, whose per-call cost can outweigh tiny problems (the "
+            "fully connected layers of squeeze-excite blocks); 0: none",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
 ProductOptions productOptionsFor(const ir::Node& node, const knobs::Route& route) {
   ProductOptions options;
   options.source = route.value(kGemmSource, &node) == "native" ? ProductSource::kNative
@@ -134,6 +158,8 @@ ProductOptions productOptionsFor(const ir::Node& node, const knobs::Route& route
   options.timingRuns = std::stoi(route.value(kGemmTimingRuns, &node));
   options.splitK = route.value(kGemmSplitK, &node) == "allow";
   options.geluAsTanh = route.value(kGemmGeluEpilogue, &node) == "tanh";
+  options.algoRank = std::stoi(route.value(kGemmAlgoRank, &node));
+  options.nativeBelow = std::stod(route.value(kGemmNativeBelow, &node));
   return options;
 }
 

@@ -33,6 +33,8 @@ struct ProductOptions {
   int timingRuns = 3;                          // timed runs of each (kTimed)
   bool splitK = true;                          // split-K reduction schemes allowed
   bool geluAsTanh = false;  // an erf GELU may run as cuBLASLt's tanh-approximation epilogue
+  int algoRank = 0;         // kHeuristic: the heuristics' algorithm taken (0: their first)
+  double nativeBelow = 0;   // products of fewer multiply-adds run kiln's kernel
 };
 ProductOptions productOptionsFor(const ir::Node& node, const knobs::Route& route);
 

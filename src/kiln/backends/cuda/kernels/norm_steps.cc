@@ -112,11 +112,34 @@ const knobs::Knob kNormBlockThreads = knobs::declareKnob({
     .perNode = true,
 });
 
+const knobs::Knob kSoftmaxWarpRowLimit = knobs::declareKnob({
+    .name = "cuda.softmax.warp_row_limit",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"1024", "256", "4096"},
+    .defaultValue = "1024",
+    .help = "under cuda.softmax.row_kernel=auto, the longest row that takes a warp (longer rows "
+            "take a block)",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kNormWarpRowLimit = knobs::declareKnob({
+    .name = "cuda.norm.warp_row_limit",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"1024", "256", "4096"},
+    .defaultValue = "1024",
+    .help = "under cuda.norm.row_kernel=auto, the longest normalisation row that takes a warp "
+            "(longer rows take a block)",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
 namespace {
 
 using ir::DType;
 
-// Rows longer than this go to a block each rather than a warp.
+// Rows longer than this go to a block each rather than a warp (LpNormalization's lines; the
+// softmax and normalisation rows take cuda.softmax.warp_row_limit and cuda.norm.warp_row_limit).
 constexpr int64_t kWarpRowLimit = 1024;
 
 // The kernels' element type for `value`'s dtype: float32, float16 or bfloat16.
@@ -132,21 +155,33 @@ bool sameType(const ir::Value* value, const ir::Value* like) {
   return value && like && value->dtype == like->dtype;
 }
 
-RowKernel rowKernelFor(int64_t width) {
-  return width <= kWarpRowLimit ? RowKernel::kWarp : RowKernel::kBlock;
+RowKernel rowKernelFor(int64_t width, int64_t limit = kWarpRowLimit) {
+  return width <= limit ? RowKernel::kWarp : RowKernel::kBlock;
 }
 
-// The row launch for rows of `width` under the knobs `kernel`, `warpRows` and `blockThreads`.
+// The row knobs of one family of steps (cuda.softmax.* or cuda.norm.*).
+struct RowKnobs {
+  const knobs::Knob& kernel;
+  const knobs::Knob& warpRowLimit;
+  const knobs::Knob& warpRows;
+  const knobs::Knob& blockThreads;
+};
+
+const RowKnobs kSoftmaxRows{kSoftmaxRowKernel, kSoftmaxWarpRowLimit, kSoftmaxWarpRows,
+                            kSoftmaxBlockThreads};
+const RowKnobs kNormRows{kNormRowKernel, kNormWarpRowLimit, kNormWarpRows, kNormBlockThreads};
+
+// The row launch for rows of `width` under `knobs`.
 RowLaunch rowLaunchFor(int64_t width, const ir::Node& node, const knobs::Route& route,
-                       const knobs::Knob& kernel, const knobs::Knob& warpRows,
-                       const knobs::Knob& blockThreads) {
+                       const RowKnobs& knobs) {
   RowLaunch launch;
-  const std::string& choice = route.value(kernel, &node);
-  launch.kernel = choice == "warp"    ? RowKernel::kWarp
-                  : choice == "block" ? RowKernel::kBlock
-                                      : rowKernelFor(width);
-  launch.warpRows = std::stoi(route.value(warpRows, &node));
-  launch.blockThreads = std::stoi(route.value(blockThreads, &node));
+  const std::string& choice = route.value(knobs.kernel, &node);
+  launch.kernel = choice == "warp" ? RowKernel::kWarp
+                  : choice == "block"
+                      ? RowKernel::kBlock
+                      : rowKernelFor(width, std::stoll(route.value(knobs.warpRowLimit, &node)));
+  launch.warpRows = std::stoi(route.value(knobs.warpRows, &node));
+  launch.blockThreads = std::stoi(route.value(knobs.blockThreads, &node));
   return launch;
 }
 
@@ -218,8 +253,7 @@ std::unique_ptr<Step> makeSoftmax(const ir::Node& node, const knobs::Route& rout
     const auto& dims = x->shape.dims();
     lines = {product(dims, 0, axis), product(dims, axis, dims.size()), 1};
   }
-  RowLaunch rows = rowLaunchFor(lines.length, node, route, kSoftmaxRowKernel, kSoftmaxWarpRows,
-                                kSoftmaxBlockThreads);
+  RowLaunch rows = rowLaunchFor(lines.length, node, route, kSoftmaxRows);
   rows.onlineSoftmax = node.opType != "Hardmax" && route.value(kSoftmaxOnline, &node) == "on";
   const SoftmaxKind kind = node.opType == "Softmax"      ? SoftmaxKind::kSoftmax
                            : node.opType == "LogSoftmax" ? SoftmaxKind::kLogSoftmax
@@ -400,8 +434,7 @@ std::unique_ptr<Step> makeLayerNorm(const ir::Node& node, const knobs::Route& ro
   auto scale = rowParameter(node, 1, *x, a);
   auto bias = rowParameter(node, 2, *x, a);
   if (!scale || !bias) return nullptr;
-  RowLaunch rows =
-      rowLaunchFor(norm.width, node, route, kNormRowKernel, kNormWarpRows, kNormBlockThreads);
+  RowLaunch rows = rowLaunchFor(norm.width, node, route, kNormRows);
   rows.registerRows = route.value(kNormRegisterRows, &node) == "on";
   auto step = std::make_unique<RowNormStep>(norm, rows, std::move(*scale), std::move(*bias), skip);
   step->tactic = skip ? "kiln.add_layernorm" : "kiln.layernorm";
@@ -427,9 +460,9 @@ std::unique_ptr<Step> makeInstanceNorm(const ir::Node& node, const knobs::Route&
   norm.epsilon = *epsilon;
   norm.channels = std::max<int64_t>(channels, 1);
   norm.type = *type;
-  auto step = std::make_unique<RowNormStep>(
-      norm, rowLaunchFor(norm.width, node, route, kNormRowKernel, kNormWarpRows, kNormBlockThreads),
-      RowParameter{1, std::nullopt}, RowParameter{2, std::nullopt});
+  auto step =
+      std::make_unique<RowNormStep>(norm, rowLaunchFor(norm.width, node, route, kNormRows),
+                                    RowParameter{1, std::nullopt}, RowParameter{2, std::nullopt});
   step->tactic = "kiln.instancenorm";
   return step;
 }
