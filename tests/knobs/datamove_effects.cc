@@ -1,11 +1,38 @@
 // Effects of the CPU backend's data-movement and reduction knobs: which kernel a node gets.
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "graph_sketch.h"
 #include "knob_effects.h"
 
 namespace kiln::testing {
 namespace {
+
+[[maybe_unused]] const int kCopyChunkEffects = [] {
+  for (const char* kib : {"256", "1024", "4096"}) {
+    const std::string tactic = std::string("fast.concat.chunk") + kib + "k";
+    registerKnobEffect({
+        .knob = "cpu.copy.chunk",
+        .value = kib,
+        .shows = std::string("a Concat plans its copy in chunks of at least ") + kib +
+                 " KiB a thread instead of 64",
+        .graph =
+            [] {
+              GraphSketch g;
+              g.output(g.node("Concat", {g.input("x", {64, 3, 80}), g.input("y", {64, 5, 80})},
+                              {{"axis", ir::Attribute{int64_t{1}}}}, "concat"));
+              return g.take();
+            },
+        .expect =
+            [tactic](const BuildSnapshot& base, const BuildSnapshot& changed) {
+              EXPECT_EQ(base.layer("concat").tactic, "fast.concat");
+              EXPECT_EQ(changed.layer("concat").tactic, tactic);
+            },
+    });
+  }
+  return 0;
+}();
 
 KILN_KNOB_EFFECT({
     .knob = "cpu.datamove.impl",

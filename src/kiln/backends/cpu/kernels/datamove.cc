@@ -28,6 +28,22 @@ const knobs::Knob kDataMoveImpl = knobs::declareKnob({
     .perNode = true,
 });
 
+const knobs::Knob kCopyChunk = knobs::declareKnob({
+    .name = "cpu.copy.chunk",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"64", "256", "1024", "4096"},
+    .defaultValue = "64",
+    .help = "KiB of copying (Concat, Split, Slice, Expand, Tile, Pad, the copying shape ops) a "
+            "thread takes at least: a copy smaller than two of these runs on one thread; smaller "
+            "chunks spread copies of small tensors over the threads, each reading what it wrote "
+            "last (the other core's cache otherwise) at the cost of waking them. 64 measured "
+            "best on the 2-core development machine at 2 threads: SqueezeNet 1.1 3.26 and 3.29 "
+            "against 3.32 and 3.39 ms with 4096, ShuffleNetV2 1.98 and 2.05 against 2.17 and "
+            "2.08, MobileNetV3-Small level (bench/cpu/results/2026-12-04-copy-chunk.md)",
+    .backends = {"cpu"},
+    .perNode = true,
+});
+
 namespace datamove {
 
 namespace {
@@ -164,7 +180,8 @@ BoxCopier::BoxCopier(std::vector<CopyBox> boxes, size_t elementSize, int64_t chu
     plans_.push_back(plan);
   }
   const int64_t units = firstUnit_.back();
-  grain_ = grainFor(units > 0 ? totalBytes / units : 0, chunkBytes);
+  unitBytes_ = units > 0 ? totalBytes / units : 0;
+  grain_ = grainFor(unitBytes_, chunkBytes);
 }
 
 void BoxCopier::runUnits(const CopyBox& box, const Plan& plan, const std::byte* src, std::byte* dst,
@@ -293,6 +310,8 @@ namespace {
 class BoxCopyStep : public Step {
  public:
   explicit BoxCopyStep(BoxCopier copier) : copier_(std::move(copier)) {}
+
+  void setChunkBytes(int64_t chunkBytes) { copier_.setChunkBytes(chunkBytes); }
 
   Status run(const ExecutionContext& context) const override {
     copier_.run(context, inputs, outputs);
@@ -1014,6 +1033,11 @@ std::unique_ptr<Step> makeDataMoveStep(const ir::Node& node, const knobs::Route&
     if (node.opType != entry.op) continue;
     std::unique_ptr<Step> step = entry.make(node);
     if (step && step->tactic.empty()) step->tactic = entry.tactic;
+    if (auto* copy = dynamic_cast<BoxCopyStep*>(step.get())) {
+      const std::string& chunk = route.value(kCopyChunk, &node);
+      copy->setChunkBytes(std::stoll(chunk) * 1024);
+      if (chunk != "64") step->tactic += ".chunk" + chunk + "k";
+    }
     return step;
   }
   return nullptr;

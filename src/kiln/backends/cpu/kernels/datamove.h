@@ -21,6 +21,8 @@ namespace kiln::cpu::datamove {
 // ten times what waking a worker was measured to cost on the 2-core development machine (~8 us
 // idle, more under load, where splitting the models' copies and selects measured slower than
 // not). Copies of in-cache data run at ~45 GB/s there; Where and Cast at ~25 GB/s of output.
+// The box copies (Concat, Split, Slice, Pad, ...) take cpu.copy.chunk instead (64 KiB by
+// default: each thread then copies what its core's cache holds); Gather and Resize keep this.
 inline constexpr int64_t kCopyChunkBytes = 4 * 1024 * 1024;
 inline constexpr int64_t kComputeChunkBytes = 1024 * 1024;
 
@@ -56,6 +58,8 @@ class BoxCopier {
 
   // The merged boxes (for tests of the planning).
   const std::vector<CopyBox>& boxes() const { return boxes_; }
+  // Plans chunks of at least `chunkBytes` (cpu.copy.chunk) instead of the constructor's.
+  void setChunkBytes(int64_t chunkBytes) { grain_ = grainFor(unitBytes_, chunkBytes); }
 
  private:
   struct Plan {
@@ -73,7 +77,8 @@ class BoxCopier {
   std::vector<Plan> plans_;
   std::vector<int64_t> firstUnit_;  // prefix sums of plans_[i].units
   size_t elementSize_ = 4;
-  int64_t grain_ = 1;  // units per chunk
+  int64_t grain_ = 1;      // units per chunk
+  int64_t unitBytes_ = 0;  // bytes a unit moves, on average
 };
 
 // Merges a box's axes as described above; a box with an empty axis gets dims {0}.
