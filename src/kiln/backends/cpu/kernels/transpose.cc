@@ -1,6 +1,8 @@
 // Transpose of any rank and dtype (moved by element size): axes that stay adjacent are merged
 // at build time, and the last two output axes are copied in square tiles so that both the
-// reads and the writes stay within a few cache lines.
+// reads and the writes stay within a few cache lines. The work is split over the threads by
+// bands of `tile` output rows (each band a contiguous range of the output).
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 #include <string>
@@ -62,6 +64,10 @@ Walk simplify(const ir::Shape& input, const std::vector<int64_t>& perm) {
   return walk;
 }
 
+// The least copying (bytes) worth a chunk of its own on another thread: the box copies' default
+// (cpu.copy.chunk).
+constexpr int64_t kChunkBytes = 64 * 1024;
+
 template <typename T>
 class TransposeStep : public Step {
  public:
@@ -79,22 +85,30 @@ class TransposeStep : public Step {
       for (int64_t i = 0; i < walk_.dims[0]; ++i) y[i] = x[i * walk_.strides[0]];
       return Status::ok();
     }
-    // Outer axes: all but the last two, walked with an index counter.
+    // Outer axes: all but the last two. A unit of work is a band of up to `tile` rows of one
+    // outer index; the units go to the threads in contiguous ranges.
     const int64_t rows = walk_.dims[rank - 2], cols = walk_.dims[rank - 1];
     const int64_t rowStride = walk_.strides[rank - 2], colStride = walk_.strides[rank - 1];
     int64_t outer = 1;
     for (size_t i = 0; i + 2 < rank; ++i) outer *= walk_.dims[i];
-    std::vector<int64_t> index(rank - 2, 0);
-    int64_t inputOffset = 0;
-    for (int64_t o = 0; o < outer; ++o) {
-      copyTile(x + inputOffset, y + o * rows * cols, rows, cols, rowStride, colStride, tile_);
-      for (size_t d = rank - 2; d-- > 0;) {
-        inputOffset += walk_.strides[d];
-        if (++index[d] < walk_.dims[d]) break;
-        inputOffset -= walk_.strides[d] * walk_.dims[d];
-        index[d] = 0;
-      }
-    }
+    const int64_t bands = (rows + tile_ - 1) / tile_;
+    const int64_t bandBytes = tile_ * cols * static_cast<int64_t>(sizeof(T));
+    context.pool().parallelFor(
+        outer * bands, std::max<int64_t>(1, kChunkBytes / std::max<int64_t>(bandBytes, 1)),
+        [&](int64_t begin, int64_t end) {
+          for (int64_t unit = begin; unit < end; ++unit) {
+            const int64_t o = unit / bands, band = unit % bands;
+            int64_t inputOffset = 0;
+            for (int64_t rest = o, d = static_cast<int64_t>(rank) - 3; d >= 0; --d) {
+              const int64_t extent = walk_.dims[static_cast<size_t>(d)];
+              inputOffset += (rest % extent) * walk_.strides[static_cast<size_t>(d)];
+              rest /= extent;
+            }
+            const int64_t r0 = band * tile_, r1 = std::min(rows, r0 + tile_);
+            copyTile(x + inputOffset + r0 * rowStride, y + (o * rows + r0) * cols, r1 - r0, cols,
+                     rowStride, colStride, tile_);
+          }
+        });
     return Status::ok();
   }
 
