@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Packs what a GPU machine without Debian's libraries needs to run kiln's CUDA tests, the
+# Packs what a GPU machine without Debian's libraries needs to run kiln's CUDA and knob tests, the
 # conformance suite and the GPU benchmarks: the binaries of a CUDA build (debug info stripped), the
 # Debian shared libraries they link (CUDA's own libraries, glibc and libstdc++ are the GPU
 # machine's), the ONNX backend test data and the expected-failure list, as one archive,
@@ -15,8 +15,8 @@ out="$root/.device"
 stage="$out/stage"
 rm -rf "$stage"
 mkdir -p "$stage/bin" "$stage/lib" "$stage/testdata"
-ninja -C "$build" kiln_cli kiln_cuda_tests kiln_conformance kiln_tune_tests sample_model >/dev/null
-for binary in kiln tests/kiln_cuda_tests tests/kiln_conformance tests/kiln_tune_tests; do
+ninja -C "$build" kiln_cli kiln_cuda_tests kiln_knob_tests kiln_conformance kiln_tune_tests sample_model >/dev/null
+for binary in kiln tests/kiln_cuda_tests tests/kiln_knob_tests tests/kiln_conformance tests/kiln_tune_tests; do
   strip --strip-debug -o "$stage/bin/$(basename "$binary")" "$build/$binary"
 done
 # Every library the binaries resolve here, except those the GPU machine has its own of.
