@@ -65,6 +65,11 @@ Status foldPadIntoConv(ir::Graph& graph, PassContext& context);
 extern const knobs::Knob kFoldAffineIntoConv;
 Status foldAffineIntoConv(ir::Graph& graph, PassContext& context);
 
+// A channel Concat that only convolutions read, split into one convolution per part
+// (dissolve_channel_concat.cc); CPU only.
+extern const knobs::Knob kDissolveChannelConcat;
+Status dissolveChannelConcat(ir::Graph& graph, PassContext& context);
+
 extern const knobs::Knob kFuseConvActivation;
 extern const knobs::Knob kFuseConvResidual;
 Status fuseConvActivation(ir::Graph& graph, PassContext& context);

@@ -56,6 +56,10 @@ const PassInfo kPipeline[] = {
     // After BN folding (a Mul/Add after a folded BN then follows the Conv directly); before the
     // fusions, which then find the activation right after the Conv or MatMul.
     {"fold_affine_into_conv", &kFoldAffineIntoConv, foldAffineIntoConv},
+    // After BN folding and the affine folds, which need the Conv whole (a scale after the sum of
+    // parts no longer folds); before fuse_conv_activation, which takes the parts' sum Adds as
+    // residuals and the activation after them.
+    {"dissolve_channel_concat", &kDissolveChannelConcat, dissolveChannelConcat},
     // After BN folding (Conv -> Relu is then adjacent); absorbs bias/residual Adds + activation.
     {"fuse_conv_activation", &kFuseConvActivation, fuseConvActivation},
     // After BN folding too (Gemm + BN folds into Gemm first); MatMul + Add + act -> FusedGemm.
