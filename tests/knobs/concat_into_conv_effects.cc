@@ -1,6 +1,7 @@
 // Effect of fusion.concat_into_conv (the dissolve_channel_concat pass): a SqueezeNet fire module's
 // end, the 1x1 and 3x3 expand branches concatenated along the channels, pooled, and read by the
-// next module's 1x1 squeeze convolution.
+// next module's 1x1 squeeze convolution; and SqueezeNet's classifier, a 1x1 convolution with more
+// output channels than the Concat it reads has, which only `always` splits.
 #include <gtest/gtest.h>
 
 #include "graph_sketch.h"
@@ -42,6 +43,33 @@ KILN_KNOB_EFFECT({
           EXPECT_EQ(changed.layer("cat").op, "Concat") << changed.summary();
           EXPECT_EQ(changed.layersOf("kiln.NhwcMaxPool").size(), 1u) << changed.summary();
           EXPECT_EQ(changed.layer("squeeze").op, "kiln.NhwcConv") << changed.summary();
+        },
+});
+
+ir::Graph classifierEnd() {
+  GraphSketch g;
+  auto a = g.input("a", {1, 16, 5, 5});
+  auto b = g.input("b", {1, 16, 5, 5});
+  auto cat = g.node("Concat", {a, b}, {{"axis", ir::Attribute{int64_t{1}}}}, "cat");
+  auto classifier = g.node("Conv", {cat, g.weight("cw", {40, 32, 1, 1}, 0.2f)}, {}, "classifier");
+  g.output(g.node("Relu", {classifier}, {}, "relu"));
+  return g.take();
+}
+
+KILN_KNOB_EFFECT({
+    .knob = "fusion.concat_into_conv",
+    .value = "always",
+    .shows = "a 1x1 convolution writing 40 channels over a Concat of 16 + 16 splits in two parts "
+             "(the second part reads and writes 40 channels again to save copying 32), where the "
+             "default `cheaper` keeps the Concat",
+    .graph = classifierEnd,
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.layer("cat").op, "Concat") << base.summary();
+          EXPECT_EQ(base.layer("classifier").op, "kiln.NhwcConv") << base.summary();
+          EXPECT_FALSE(changed.hasOp("Concat")) << changed.summary();
+          EXPECT_EQ(changed.layer("classifier_part0").op, "kiln.NhwcConv") << changed.summary();
+          EXPECT_EQ(changed.layer("classifier_part1").op, "kiln.NhwcConv") << changed.summary();
         },
 });
 

@@ -48,6 +48,27 @@ KILN_KNOB_EFFECT({
         },
 });
 
+KILN_KNOB_EFFECT({
+    .knob = "cpu.threads.chunks",
+    .value = "any",
+    .shows = "the plan's pool hands each parallel loop's chunks to whichever thread comes first, "
+             "instead of chunk t to thread t (ThreadPool.OwnChunksGoToTheirThreads shows what "
+             "that means)",
+    .graph =
+        [] {
+          GraphSketch g;
+          g.output(g.node("Relu", {g.input("x", {4, 70000})}, {}, "relu"));
+          return g.take();
+        },
+    .baseRoute = "-cpu.threads=2",
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.chunks, "own") << base.summary();
+          EXPECT_EQ(changed.chunks, "any") << changed.summary();
+          EXPECT_EQ(changed.threads, 2);
+        },
+});
+
 // A unary, a broadcast binary and a last-axis mean of 2 x 40000 elements, unfused.
 ir::Graph unfusedEltwise() {
   GraphSketch g;

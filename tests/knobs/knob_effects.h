@@ -39,6 +39,7 @@ struct BuildSnapshot {
   int threads = 0;
   int spinMicros = 0;       // cpu: how long the plan's threads spin before they sleep
   std::string workerCpus;   // cpu: the CPUs the pool's workers are bound to ("1,0"), "" if none
+  std::string chunks;       // cpu: how the pool's threads share a loop's chunks ("own", "any")
   std::string execution;    // cuda: "graph" (CUDA graph replay allowed) or "steps"
   std::string timingCache;  // cuda: "on" (timed choices go through the timing cache) or "off"
   // cuda, on a GPU: timed layers whose choice came from the timing cache, and those timed.

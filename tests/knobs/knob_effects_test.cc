@@ -54,7 +54,8 @@ std::string BuildSnapshot::summary() const {
                      (timingCache.empty() ? "" : ", timing cache " + timingCache) +
                      (l2Persist.empty() ? "" : ", L2 persisting " + l2Persist) +
                      (streams > 1 ? ", " + std::to_string(streams) + " streams" : "") +
-                     (workerCpus.empty() ? "" : ", workers on cpus " + workerCpus) + "\n";
+                     (workerCpus.empty() ? "" : ", workers on cpus " + workerCpus) +
+                     (chunks.empty() ? "" : ", " + chunks + " chunks") + "\n";
   for (const Layer& l : layers) {
     text += "  " + l.name + ": " + l.op + " [" + l.tactic + ", " + l.layout + ", " + l.precision +
             "]" + (l.detail.empty() ? "" : " (" + l.detail + ")") +
@@ -127,6 +128,7 @@ Result<BuildSnapshot> snapshot(const KnobEffect& effect, const std::string& rout
   shot.arenaBytes = build.plan.arenaBytes();
   shot.threads = build.plan.threads();
   shot.spinMicros = build.plan.spinMicros();
+  shot.chunks = build.plan.ownChunks() ? "own" : "any";
   for (int cpu : build.plan.workerCpus()) {
     shot.workerCpus += (shot.workerCpus.empty() ? "" : ",") + std::to_string(cpu);
   }

@@ -58,8 +58,9 @@ const PassInfo kPipeline[] = {
     {"fold_affine_into_conv", &kFoldAffineIntoConv, foldAffineIntoConv},
     // After BN folding and the affine folds, which need the Conv whole (a scale after the sum of
     // parts no longer folds); before fuse_conv_activation, which takes the parts' sum Adds as
-    // residuals and the activation after them.
-    {"dissolve_channel_concat", &kDissolveChannelConcat, dissolveChannelConcat},
+    // residuals and the activation after them. No gate knob: fusion.concat_into_conv is an enum
+    // the pass reads per Concat.
+    {"dissolve_channel_concat", nullptr, dissolveChannelConcat},
     // After BN folding (Conv -> Relu is then adjacent); absorbs bias/residual Adds + activation.
     {"fuse_conv_activation", &kFuseConvActivation, fuseConvActivation},
     // After BN folding too (Gemm + BN folds into Gemm first); MatMul + Add + act -> FusedGemm.

@@ -50,6 +50,18 @@ const knobs::Knob kAffinity = knobs::declareKnob({
     .backends = {"cpu"},
 });
 
+const knobs::Knob kChunkClaim = knobs::declareKnob({
+    .name = "cpu.threads.chunks",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"own", "any"},
+    .defaultValue = "own",
+    .help = "how the threads share a parallel loop's chunks. own: thread t runs chunk t first "
+            "(the same rows or planes on every call and in every layer split alike, so a core "
+            "reads what it wrote itself), then any chunk a late thread left; any: each thread "
+            "takes the next free chunk, whichever thread arrives first",
+    .backends = {"cpu"},
+});
+
 const knobs::Knob kAliasReshapes = knobs::declareKnob({
     .name = "cpu.memory.alias_reshapes",
     .kind = knobs::KnobKind::kBool,
@@ -135,7 +147,8 @@ Result<Plan> lowerToCpu(std::shared_ptr<const ir::Graph> graph, const knobs::Rou
                               : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   plan.spinMicros_ = static_cast<int>(route.intValue(kSpin));
   plan.pool_ =
-      std::make_unique<ThreadPool>(plan.threads_, plan.spinMicros_, route.value(kAffinity) == "on");
+      std::make_unique<ThreadPool>(plan.threads_, plan.spinMicros_, route.value(kAffinity) == "on",
+                                   route.value(kChunkClaim) == "own");
   for (const auto& value : graph->values()) {
     if (!value->hasType) {
       return internalError("value '{}' has no type: lower only shape-inferred graphs", value->name);

@@ -77,6 +77,7 @@ class Plan {
   int spinMicros() const { return spinMicros_; }  // cpu.threads.spin_us
   // cpu.threads.affinity: the CPU each pool worker is bound to (empty: none bound).
   const std::vector<int>& workerCpus() const { return pool_->workerCpus(); }
+  bool ownChunks() const { return pool_->ownChunks(); }
   const ir::Graph& graph() const { return *graph_; }
 
  private:

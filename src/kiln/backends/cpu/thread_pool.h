@@ -19,6 +19,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -28,7 +29,10 @@ namespace kiln::cpu {
 class ThreadPool {
  public:
   // `threads` >= 1 counts the caller: a pool of 1 starts no worker and runs everything inline.
-  explicit ThreadPool(int threads, int spinMicros = 0, bool pinWorkers = false);
+  // `ownChunks`: thread t runs chunk t of a parallelFor first (see runChunks); otherwise each
+  // thread takes the next free chunk.
+  explicit ThreadPool(int threads, int spinMicros = 0, bool pinWorkers = false,
+                      bool ownChunks = true);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -38,6 +42,7 @@ class ThreadPool {
   // The CPU each worker was bound to, in worker order (empty without pinWorkers; a worker whose
   // pthread_setaffinity_np failed is left unbound and listed as -1).
   const std::vector<int>& workerCpus() const { return workerCpus_; }
+  bool ownChunks() const { return ownChunks_; }
 
   // Calls fn(begin, end) over disjoint ranges covering [0, count), each at least `grain` long
   // (except the last), on up to size() threads; returns when all have run. Ranges are contiguous
@@ -50,14 +55,17 @@ class ThreadPool {
   int64_t chunkCount(int64_t count, int64_t grain) const;
 
  private:
-  void workerLoop();
-  void runChunks();
+  void workerLoop(int self);
+  // Runs chunk `self` first (the same rows, for a given count and grain, as on every call: what
+  // this thread wrote last time is in its own cache), then any chunk a late thread left.
+  void runChunks(int self);
 
   // Spins up to spinMicros_ until `ready` holds; whether it did.
   template <typename Ready>
   bool spinUntil(Ready ready) const;
 
   const int spinMicros_;
+  const bool ownChunks_;
   std::vector<std::thread> workers_;
   std::vector<int> workerCpus_;
   std::mutex mutex_;
@@ -72,7 +80,9 @@ class ThreadPool {
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t count_ = 0;
   int64_t chunks_ = 0;
-  std::atomic<int64_t> nextChunk_{0};
+  std::atomic<int64_t> nextChunk_{0};  // without ownChunks_: the next chunk to take
+  // claimed_[c] is set by the thread that runs chunk c; one per thread (chunks never exceed it).
+  std::unique_ptr<std::atomic<bool>[]> claimed_;
 };
 
 }  // namespace kiln::cpu
