@@ -716,6 +716,18 @@ TEST(CpuReduceKernels, LargeReductionsSplitOverThreadsMatchReference) {
         reduce("fast.reduce_columns", op, {runtime(x), constant(int64s({1}))}).onFourThreads());
     expectMatch(reduce("fast.reduce_all", op, {runtime(x)}).onFourThreads());
   }
+  // One [pixels, channels] block (NHWC's spatial mean): bands of rows, one a thread, combined
+  // in order; a NaN in the last band still wins the extrema.
+  Tensor nhwc = randomFloats(Shape{1, 3136, 96}, 141, 0.5f, 2.5f);
+  for (const char* op : {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin"}) {
+    expectMatch(
+        reduce("fast.reduce_columns", op, {runtime(nhwc), constant(int64s({1}))}).onFourThreads());
+  }
+  nhwc.mutableData<float>()[3000 * 96 + 5] = std::nanf("");
+  for (const char* op : {"ReduceMax", "ReduceMin"}) {
+    expectMatch(
+        reduce("fast.reduce_columns", op, {runtime(nhwc), constant(int64s({1}))}).onFourThreads());
+  }
 }
 
 TEST(CpuReduceKernels, OtherTypesAndEmptyInputsStayReference) {

@@ -296,6 +296,16 @@ TEST(CpuTransposeKernels, MatchesReferenceForRanksAndDtypes) {
   expectFastMatchesReference("cpu.transpose.impl", "fast.transpose_tiled", "Transpose",
                              {runtime(randomTensor(Shape{2, 1, 3, 4, 5}, 19))},
                              {{"perm", intsAttr({4, 1, 0, 3, 2})}});
+  // NCHW -> NHWC with 2, 3 and 4 channels: the planes are interleaved (ragged bands of rows,
+  // two images, on one and on two threads).
+  for (int64_t channels : {2, 3, 4}) {
+    for (const char* threads : {"-cpu.threads=1", "-cpu.threads=2"}) {
+      SCOPED_TRACE(std::to_string(channels) + " channels, " + threads);
+      expectFastMatchesReference("cpu.transpose.impl", "fast.transpose_tiled", "Transpose",
+                                 {runtime(randomTensor(Shape{2, channels, 37, 41}, 20))},
+                                 {{"perm", intsAttr({0, 2, 3, 1})}}, 18, 1, threads);
+    }
+  }
   std::vector<int64_t> ints(60);
   for (size_t i = 0; i < ints.size(); ++i) ints[i] = static_cast<int64_t>(i * 7919);
   expectFastMatchesReference("cpu.transpose.impl", "fast.transpose_tiled", "Transpose",

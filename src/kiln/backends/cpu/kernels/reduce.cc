@@ -10,9 +10,11 @@
 //
 // Sums accumulate in double, as the reference kernel does, so only the association of the
 // additions differs from it; Max and Min propagate NaN as the reference does.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "kiln/backends/cpu/kernels/steps.h"
 
@@ -175,6 +177,11 @@ class ReduceStep : public Step {
   void reduceColumns(const float* x, float* y, int64_t outer, int64_t reduced, int64_t width,
                      ThreadPool& pool) const {
     using Acc = typename Op<kKind>::Acc;
+    if (outer == 1 && pool.size() > 1 && reduced >= 2 * pool.size() &&
+        pool.chunkCount(reduced * width, grainFor(4)) > 1) {
+      reduceColumnsByRows<kKind>(x, y, reduced, width, pool);
+      return;
+    }
     constexpr int64_t kBlock = 256;
     const int64_t blocks = (width + kBlock - 1) / kBlock;
     const int64_t blockBytes = reduced * std::min(width, kBlock) * 4;
@@ -198,6 +205,36 @@ class ReduceStep : public Step {
         for (int64_t c = 0; c < n; ++c) out[c] = finish<kKind>(acc[c]);
       }
     });
+  }
+
+  // One [reduced, width] block (a spatial mean in NHWC): a band of rows per thread into partial
+  // results, combined in band order (fixed by the pool's size, so the result does not depend on
+  // scheduling). Splitting the columns instead would have each thread read half of every row,
+  // half of which the layer before wrote on the other core; a band of rows is what the layer
+  // before (split by rows) left in this core's cache.
+  template <Kind kKind>
+  void reduceColumnsByRows(const float* x, float* y, int64_t reduced, int64_t width,
+                           ThreadPool& pool) const {
+    using Acc = typename Op<kKind>::Acc;
+    const int64_t bands = std::min<int64_t>(pool.size(), reduced);
+    std::vector<Acc> partial(static_cast<size_t>(bands * width), Op<kKind>::identity());
+    pool.parallelFor(bands, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t b = begin; b < end; ++b) {
+        Acc* acc = partial.data() + b * width;
+        const int64_t first = b * reduced / bands, last = (b + 1) * reduced / bands;
+        for (int64_t r = first; r < last; ++r) {
+          const float* row = x + r * width;
+          for (int64_t c = 0; c < width; ++c) acc[c] = Op<kKind>::combine(acc[c], row[c]);
+        }
+      }
+    });
+    for (int64_t c = 0; c < width; ++c) {
+      Acc acc = partial[static_cast<size_t>(c)];
+      for (int64_t b = 1; b < bands; ++b) {
+        acc = Op<kKind>::combine(acc, partial[static_cast<size_t>(b * width + c)]);
+      }
+      y[c] = finish<kKind>(acc);
+    }
   }
 
   // Everything into one value: a partial result per chunk (chunks fixed by the pool's size),
