@@ -302,6 +302,36 @@ TEST(CudaAttention, FlashShapes) {
   }
 }
 
+// cuda.attention.flash.warps: CTAs of 2 and 8 warps (32 and 128 query rows) over lengths below,
+// at and across those blocks, with and without a mask, K and K'.
+TEST(CudaAttention, FlashWarps) {
+  struct Lengths {
+    int64_t sq, skv;
+  };
+  const std::vector<Lengths> lengths = {{1, 1}, {31, 49}, {33, 77}, {128, 128}, {200, 130}};
+  unsigned seed = 1500;
+  for (const char* warps : {"2", "8"}) {
+    for (const ReducedType& type : reducedTypes()) {
+      for (const int64_t d : {32, 64, 128}) {
+        for (const Lengths& l : lengths) {
+          for (const bool masked : {false, true}) {
+            const bool transposeK = masked;
+            SCOPED_TRACE(std::string("warps=") + warps + " d=" + std::to_string(d) +
+                         " sq=" + std::to_string(l.sq) + " skv=" + std::to_string(l.skv) +
+                         (masked ? " masked" : ""));
+            std::vector<OpInput> inputs = flashInputs({2}, l.sq, l.skv, d, transposeK, seed += 5);
+            if (masked) inputs.push_back(runtimeInput({l.sq, l.skv}, seed + 3, 3.0f));
+            CudaOpCase c = attention(std::move(inputs), flashAttributes(d, transposeK),
+                                     kFlashRoute + " -cuda.attention.flash.warps=" + warps);
+            c.expectTactic = "kiln.attention.flash";
+            expectReduced(std::move(c), type);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(CudaAttention, FlashMaskBroadcasts) {
   // Scores [2, 3, 77, 130]: a full mask, BERT's per-key [B, 1, 1, Skv], GPT-2's per-position
   // [1, 1, Sq, Skv], one row for all [Skv], and one value per query row [Sq, 1].

@@ -44,6 +44,32 @@ KILN_KNOB_EFFECT({
         },
 });
 
+[[maybe_unused]] const int kFlashWarpEffects = [] {
+  for (const char* warps : {"2", "8"}) {
+    const int rows = std::stoi(warps) * 16;
+    registerKnobEffect({
+        .knob = "cuda.attention.flash.warps",
+        .value = warps,
+        .shows = std::string("the flash kernel's CTAs are ") + warps + " warps (" +
+                 std::to_string(rows) +
+                 " query rows) instead of 4 (64 rows), with the same "
+                 "result: each warp's rows are computed alike",
+        .backend = "cuda",
+        .graph = attentionHeads,
+        .baseRoute = "-cuda.precision=fp16 -cuda.host_fallback=off",
+        .expect =
+            [warps, rows](const BuildSnapshot& base, const BuildSnapshot& changed) {
+              EXPECT_EQ(base.layer("attn").detail, "4 warps, 64 query rows a CTA");
+              EXPECT_EQ(
+                  changed.layer("attn").detail,
+                  std::string(warps) + " warps, " + std::to_string(rows) + " query rows a CTA");
+              EXPECT_EQ(changed.layer("attn").tactic, "kiln.attention.flash");
+            },
+    });
+  }
+  return 0;
+}();
+
 [[maybe_unused]] const int kFlashMinKeyEffects = [] {
   for (const char* keys : {"128", "512"}) {
     registerKnobEffect({

@@ -193,6 +193,37 @@ KILN_KNOB_EFFECT({
         },
 });
 
+[[maybe_unused]] const int kPadChannelEffects = [] {
+  for (const char* multiple : {"4", "8"}) {
+    registerKnobEffect({
+        .knob = "cuda.conv.pad_channels",
+        .value = multiple,
+        .shows = std::string("a 3-channel stem convolution reads its input zero-padded to ") +
+                 multiple + " channels (a Pad before it), with the same result",
+        .backend = "cuda",
+        .graph =
+            [] {
+              GraphSketch g;
+              g.output(g.node(
+                  "Conv",
+                  {g.input("x", {2, 3, 16, 16}), g.weight("w", {8, 3, 3, 3}), g.weight("b", {8})},
+                  {{"pads", ints({1, 1, 1, 1})}, {"strides", ints({2, 2})}}, "stem"));
+              return g.take();
+            },
+        .expect =
+            [multiple](const BuildSnapshot& base, const BuildSnapshot& changed) {
+              EXPECT_FALSE(base.hasOp("Pad")) << base.summary();
+              EXPECT_EQ(changed.layer("stem_pad_channels").op, "Pad");
+              EXPECT_NE(changed.ir.find(std::string("float32[2,16,16,") + multiple + "]"),
+                        std::string::npos)
+                  << changed.ir;
+              EXPECT_EQ(changed.layer("stem").op, "kiln.NhwcConv");
+            },
+    });
+  }
+  return 0;
+}();
+
 }  // namespace
 }  // namespace kiln::testing
 #endif

@@ -87,6 +87,121 @@ KILN_KNOB_EFFECT({
   return 0;
 }();
 
+// x [6, 20] and y [6, 12] joined along the columns: each part is 6 strided rows of the output.
+ir::Graph concatColumns() {
+  GraphSketch g;
+  g.output(g.node("Concat", {g.input("x", {6, 20}), g.input("y", {6, 12})},
+                  {{"axis", ir::Attribute{int64_t{1}}}}, "concat"));
+  return g.take();
+}
+
+KILN_KNOB_EFFECT({
+    .knob = "cuda.concat.impl",
+    .value = "copies",
+    .shows = "a Concat of [6, 20] and [6, 12] along the columns is two strided 2D copies "
+             "instead of one kernel",
+    .backend = "cuda",
+    .graph = concatColumns,
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.layer("concat").detail, "2 parts, 256-thread blocks");
+          EXPECT_EQ(changed.layer("concat").detail, "2 parts, a 2D copy a part");
+          EXPECT_EQ(changed.layer("concat").tactic, "kiln.concat");
+        },
+});
+
+KILN_KNOB_EFFECT({
+    .knob = "cuda.split.impl",
+    .value = "copies",
+    .shows = "a Split of [6, 32] into 20 and 12 columns is two strided 2D copies instead of one "
+             "kernel",
+    .backend = "cuda",
+    .graph =
+        [] {
+          GraphSketch g;
+          auto parts =
+              g.nodeOutputs("Split", {g.input("x", {6, 32}), g.constant("sizes", axes({20, 12}))},
+                            {{"axis", ir::Attribute{int64_t{1}}}}, "split", 2);
+          // Each part feeds an Abs, so neither output is the Split's own graph output.
+          g.output(g.node("Abs", {parts[0]}, {}, "abs0"));
+          g.output(g.node("Abs", {parts[1]}, {}, "abs1"));
+          return g.take();
+        },
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.layer("split").detail, "2 parts, 256-thread blocks");
+          EXPECT_EQ(changed.layer("split").detail, "2 parts, a 2D copy a part");
+          EXPECT_EQ(changed.layer("split").tactic, "kiln.split");
+        },
+});
+
+// One case a value for a block knob of the kernels that take a thread an element: the step `layer`
+// of `graph` launches `threads`-thread blocks instead of 256.
+void registerBlockEffects(const char* knob, const char* layer, const char* tactic,
+                          const std::string& what, std::function<ir::Graph()> graph) {
+  for (const char* threads : {"128", "512", "1024"}) {
+    const std::string blocks = std::string(threads) + "-thread blocks";
+    registerKnobEffect({
+        .knob = knob,
+        .value = threads,
+        .shows = what + " launches " + blocks + " instead of 256-thread ones",
+        .backend = "cuda",
+        .graph = graph,
+        .expect =
+            [layer = std::string(layer), tactic = std::string(tactic), blocks](
+                const BuildSnapshot& base, const BuildSnapshot& changed) {
+              EXPECT_EQ(base.layer(layer).detail, "256-thread blocks");
+              EXPECT_EQ(changed.layer(layer).detail, blocks);
+              EXPECT_EQ(base.layer(layer).tactic, tactic);
+              EXPECT_EQ(changed.layer(layer).tactic, tactic);
+            },
+    });
+  }
+}
+
+[[maybe_unused]] const int kIndexBlockEffects = [] {
+  registerBlockEffects(
+      "cuda.table.block", "pad", "kiln.pad", "a reflect Pad of x [2, 3, 9, 9]", [] {
+        GraphSketch g;
+        g.output(g.node(
+            "Pad", {g.input("x", {2, 3, 9, 9}), g.constant("pads", axes({0, 0, 2, 1, 0, 0, 1, 2}))},
+            {{"mode", ir::Attribute{std::string("reflect")}}}, "pad"));
+        return g.take();
+      });
+  registerBlockEffects(
+      "cuda.gather.block", "lookup", "kiln.gather", "an embedding lookup (Gather of rows)", [] {
+        GraphSketch g;
+        g.output(g.node("Gather",
+                        {g.input("table", {50, 24}), g.constant("ids", axes({3, 49, 0, 7, 7}))}, {},
+                        "lookup"));
+        return g.take();
+      });
+  registerBlockEffects(
+      "cuda.scatter.block", "scatter", "kiln.scatter_nd", "a ScatterND of two rows into x [6, 10]",
+      [] {
+        GraphSketch g;
+        g.output(
+            g.node("ScatterND",
+                   {g.input("x", {6, 10}),
+                    g.constant("rows", ir::Tensor::fromVector<int64_t>(ir::Shape{2, 1}, {4, 1})),
+                    g.input("updates", {2, 10})},
+                   {}, "scatter"));
+        return g.take();
+      });
+  registerBlockEffects(
+      "cuda.resize.block", "resize", "kiln.resize.two_axes",
+      "a bilinear 2x upsampling of x [1, 3, 10, 12]", [] {
+        GraphSketch g;
+        g.output(g.node("Resize",
+                        {g.input("x", {1, 3, 10, 12}), "",
+                         g.constant("scales", ir::Tensor::fromVector<float>(
+                                                  ir::Shape{4}, {1.0f, 1.0f, 2.0f, 2.0f}))},
+                        {{"mode", ir::Attribute{std::string("linear")}}}, "resize"));
+        return g.take();
+      });
+  return 0;
+}();
+
 }  // namespace
 }  // namespace kiln::testing
 #endif

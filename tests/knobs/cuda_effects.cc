@@ -117,6 +117,56 @@ KILN_KNOB_EFFECT({
         },
 });
 
+KILN_KNOB_EFFECT({
+    .knob = "cuda.streams.priority",
+    .value = "branches",
+    .shows = "with two streams, the auxiliary one (the second branch's) runs at the device's "
+             "highest priority",
+    .backend = "cuda",
+    .graph = fourBranches,
+    .baseRoute = "-fusion.eltwise_chain=off -cuda.streams=2",
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.streamPriority, "equal");
+          EXPECT_EQ(changed.streamPriority, "branches");
+          EXPECT_EQ(changed.streams, 2);
+          EXPECT_EQ(changed.layer("Neg").stream, 1);
+        },
+});
+
+[[maybe_unused]] const int kAlignmentEffects = [] {
+  for (const char* bytes : {"1024", "4096"}) {
+    registerKnobEffect({
+        .knob = "cuda.memory.alignment",
+        .value = bytes,
+        .shows = std::string("three live 1200-byte values take ") + bytes +
+                 "-byte aligned ranges of the arena instead of 256-byte ones",
+        .backend = "cuda",
+        .graph =
+            [] {
+              // x [1, 300] -> a, b, then a + b: a and b are live together, beside x.
+              GraphSketch g;
+              auto x = g.input("x", {1, 300});
+              auto a = g.node("Exp", {x}, {}, "a");
+              auto b = g.node("Neg", {x}, {}, "b");
+              g.output(g.node("Add", {a, b}, {}, "sum"));
+              return g.take();
+            },
+        .baseRoute = "-fusion.eltwise_chain=off -cuda.memory.in_place=off",
+        .expect =
+            [bytes](const BuildSnapshot& base, const BuildSnapshot& changed) {
+              const int64_t alignment = std::stoll(bytes);
+              EXPECT_EQ(base.arenaBytes % 256, 0);
+              EXPECT_EQ(changed.arenaBytes % alignment, 0) << changed.arenaBytes;
+              // At least x, a and b (the sum may reuse x's range) each take a whole unit.
+              EXPECT_GE(changed.arenaBytes, 3 * alignment);
+              EXPECT_LT(base.arenaBytes, changed.arenaBytes);
+            },
+    });
+  }
+  return 0;
+}();
+
 [[maybe_unused]] const int kL2PersistEffects = [] {
   for (const char* buffer : {"arena", "weights"}) {
     registerKnobEffect({

@@ -119,6 +119,21 @@ void registerDetailEffects(const char* layer, std::function<ir::Graph()> graph,
   return 0;
 }();
 
+[[maybe_unused]] const int kFoldBatchEffects = [] {
+  registerDetailEffects(
+      "proj",
+      [] {
+        // proj = MatMul(x [4, 8, 32], w [32, 16]): one right matrix.
+        GraphSketch g;
+        g.output(g.node("MatMul", {g.input("x", {4, 8, 32}), g.weight("w", {32, 16})}, {}, "proj"));
+        return g.take();
+      },
+      {
+          {"cuda.gemm.fold_batch", "off", "m=32 n=16 k=32 batch=1", "m=8 n=16 k=32 batch=4"},
+      });
+  return 0;
+}();
+
 [[maybe_unused]] const int kGemmEffects = [] {
   const char* timed = "-cuda.gemm.algo=timed";
   registerDetailEffects(

@@ -83,6 +83,14 @@ KILN_KNOB_EFFECT({
         },
 });
 
+// A Softmax over the channels of x [2, 21, 6, 5] (a segmentation head's): lines 30 elements apart.
+ir::Graph softmaxChannels() {
+  GraphSketch g;
+  g.output(g.node("Softmax", {g.input("x", {2, 21, 6, 5})}, {{"axis", ir::Attribute{int64_t{1}}}},
+                  "softmax"));
+  return g.take();
+}
+
 struct RowLaunchEffect {
   const char* knob;
   const char* value;
@@ -124,6 +132,15 @@ struct RowLaunchEffect {
             "a 128-thread block a row"},
            {"cuda.norm.block_threads", "256", "ln", layerNormRows(2048), "a 512-thread block a row",
             "a 256-thread block a row"},
+           {"cuda.softmax.strided_block", "128", "softmax", softmaxChannels,
+            "strided lines, a thread a line, 256-thread blocks",
+            "strided lines, a thread a line, 128-thread blocks"},
+           {"cuda.softmax.strided_block", "512", "softmax", softmaxChannels,
+            "strided lines, a thread a line, 256-thread blocks",
+            "strided lines, a thread a line, 512-thread blocks"},
+           {"cuda.softmax.strided_block", "1024", "softmax", softmaxChannels,
+            "strided lines, a thread a line, 256-thread blocks",
+            "strided lines, a thread a line, 1024-thread blocks"},
        }) {
     const std::string layer = effect.layer, base = effect.base, changed = effect.changed;
     registerKnobEffect({

@@ -59,6 +59,36 @@ KILN_KNOB_EFFECT({
 });
 
 KILN_KNOB_EFFECT({
+    .knob = "cuda.precision.attention_fp32",
+    .value = "on",
+    .shows = "under fp16 a kiln.Attention stays float32 (and so takes the unfused kernels, not "
+             "the reduced-only flash one) while the MatMul after it runs float16",
+    .backend = "cuda",
+    .graph =
+        [] {
+          GraphSketch g;
+          auto attention =
+              g.node("Attention",
+                     {g.input("q", {1, 2, 40, 32}), g.input("k", {1, 2, 70, 32}),
+                      g.input("v", {1, 2, 70, 32})},
+                     {{"scale", ir::Attribute{0.17f}}, {"transpose_k", ir::Attribute{int64_t{1}}}},
+                     "attn", ir::kKilnDomain);
+          g.output(g.node("MatMul", {attention, g.weight("w", {32, 16})}, {}, "mm"));
+          return g.take();
+        },
+    .baseRoute = kFp16,
+    .tolerance = 2e-2,
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.layer("attn").precision, "fp16");
+          EXPECT_EQ(base.layer("attn").tactic, "kiln.attention.flash");
+          EXPECT_EQ(changed.layer("attn").precision, "fp32");
+          EXPECT_EQ(changed.layer("attn").tactic, "kiln.attention.unfused");
+          EXPECT_EQ(changed.layer("mm").precision, "fp16");
+        },
+});
+
+KILN_KNOB_EFFECT({
     .knob = "cuda.precision.outputs_fp32",
     .value = "on",
     .shows = "under fp16 the MatMul that writes the graph's output runs float32 while the one "

@@ -50,6 +50,7 @@ struct BuildSnapshot {
   std::string l2Persist;
   int64_t l2WindowBytes = 0;
   int streams = 1;                  // cuda: the streams runs spread the steps over
+  std::string streamPriority;       // cuda: the auxiliary streams' priority ("equal", "branches")
   std::vector<ir::Tensor> outputs;  // empty for cuda builds where no GPU is present
 
   // Layers of op `op` (exact, domain-prefixed for kiln's ops).

@@ -54,6 +54,9 @@ std::string BuildSnapshot::summary() const {
                      (timingCache.empty() ? "" : ", timing cache " + timingCache) +
                      (l2Persist.empty() ? "" : ", L2 persisting " + l2Persist) +
                      (streams > 1 ? ", " + std::to_string(streams) + " streams" : "") +
+                     (streamPriority.empty() || streamPriority == "equal"
+                          ? ""
+                          : ", auxiliary streams' priority " + streamPriority) +
                      (workerCpus.empty() ? "" : ", workers on cpus " + workerCpus) +
                      (chunks.empty() ? "" : ", " + chunks + " chunks") + "\n";
   for (const Layer& l : layers) {
@@ -111,6 +114,7 @@ Result<BuildSnapshot> snapshot(const KnobEffect& effect, const std::string& rout
       shot.layers.back().stream = build.plan.stepStream(i);
     }
     shot.streams = build.plan.streamCount();
+    shot.streamPriority = build.plan.streamPriority();
     shot.arenaBytes = build.plan.arenaBytes();
     shot.execution = build.plan.graphsAllowed() ? "graph" : "steps";
     shot.timingCache = build.plan.timingCacheAllowed() ? "on" : "off";

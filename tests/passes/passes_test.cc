@@ -4,6 +4,7 @@
 //   # what the case shows (names of negative cases start with no_)
 //   pass: <pass name>[, <pass name> ...]   (run in that order; the expected IR is after the last)
 //   route: <optional route text>
+//   backend: <optional: the backend the passes build for, cpu (the default) or cuda>
 //   model:
 //   <an ONNX ModelProto in protobuf text format>
 //   expect:
@@ -39,6 +40,7 @@ struct GoldenCase {
   std::string title;
   std::string pass;
   std::string route;
+  std::string backend = "cpu";
   std::string model;
   std::string expect;
 };
@@ -81,6 +83,8 @@ std::vector<GoldenCase> loadCases() {
           c.pass = line.substr(6);
         else if (line.rfind("route: ", 0) == 0)
           c.route = line.substr(7);
+        else if (line.rfind("backend: ", 0) == 0)
+          c.backend = line.substr(9);
         else if (line == "model:")
           section = &c.model;
         else if (line == "expect:")
@@ -146,7 +150,7 @@ TEST_P(PassGolden, MatchesExpectedIrAndKeepsOutputs) {
 #endif
   } else {
     for (const passes::PassInfo* pass : pipeline) {
-      auto record = passes::runPass(*pass, transformed->graph, *route);
+      auto record = passes::runPass(*pass, transformed->graph, *route, c.backend);
       ASSERT_TRUE(record.isOk()) << record.status().message();
     }
   }

@@ -79,6 +79,11 @@ Status fuseGemmActivation(ir::Graph& graph, PassContext& context);
 
 Status layoutNhwc(ir::Graph& graph, PassContext& context);
 
+// An NHWC convolution's input channels zero-padded to a multiple of 4 or 8 on the GPU
+// (pad_conv_channels.cc); no gate knob: cuda.conv.pad_channels is an enum.
+extern const knobs::Knob kPadConvChannels;
+Status padConvChannels(ir::Graph& graph, PassContext& context);
+
 // A channel shuffle (with its Concat and Split) as one kiln.ChannelShuffle copy
 // (fuse_channel_shuffle.cc); CPU only.
 extern const knobs::Knob kFuseChannelShuffle;

@@ -70,6 +70,9 @@ const PassInfo kPipeline[] = {
     // No gate knob: graph.layout on the CPU (NCHW by default) and cuda.layout on the GPU (NHWC
     // by default) say which nodes it changes.
     {"layout_nhwc", nullptr, layoutNhwc},
+    // Right after layout_nhwc, on the NhwcConvs it made (CUDA only); no gate knob:
+    // cuda.conv.pad_channels is an enum read per convolution.
+    {"pad_conv_channels", nullptr, padConvChannels},
     // After layout_nhwc, which carries ShuffleNet's shuffles into NHWC (their copies are then
     // along the contiguous channels); before fuse_elementwise, which never reads these nodes.
     {"fuse_channel_shuffle", &kFuseChannelShuffle, fuseChannelShuffle},

@@ -90,6 +90,29 @@ const knobs::Knob kStreams = knobs::declareKnob({
     .backends = {"cuda"},
 });
 
+const knobs::Knob kStreamPriority = knobs::declareKnob({
+    .name = "cuda.streams.priority",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"equal", "branches"},
+    .defaultValue = "equal",
+    .help = "with cuda.streams above 1, the auxiliary streams run at the device's highest stream "
+            "priority (branches: the block scheduler starts a side branch's blocks before the "
+            "main path's waiting ones, so a short branch is not starved by a long one) or at the "
+            "plan stream's own (equal)",
+    .backends = {"cuda"},
+});
+
+const knobs::Knob kMemoryAlignment = knobs::declareKnob({
+    .name = "cuda.memory.alignment",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"256", "1024", "4096"},
+    .defaultValue = "256",
+    .help = "the byte alignment of every value's range in the activation arena, of each "
+            "constant in the weights buffer and of each stream's workspace: larger ones start "
+            "more tensors on their own DRAM pages and L2 sectors, at the cost of a larger arena",
+    .backends = {"cuda"},
+});
+
 const knobs::Knob kAliasReshapes = knobs::declareKnob({
     .name = "cuda.memory.alias_reshapes",
     .kind = knobs::KnobKind::kBool,
@@ -166,8 +189,6 @@ int inPlaceInput(const Step& step) {
   return -1;
 }
 
-constexpr int64_t kWeightAlignment = 256;
-
 // The precision a step records: the reduced type its float outputs have (assignPrecision made
 // them so), tf32 where the route allows TF32 products, else fp32.
 std::string precisionOf(const ir::Node& node, const knobs::Route& route) {
@@ -197,6 +218,9 @@ Result<Plan> lowerToCuda(std::shared_ptr<const ir::Graph> graph, const knobs::Ro
   plan.graphsAllowed_ = route.value(kGraphs) == "on";
   plan.timingCacheAllowed_ = route.value(kTimingCache) == "on";
   plan.l2Persist_ = route.value(kL2Persist);
+  plan.streamPriority_ = route.value(kStreamPriority);
+  plan.alignment_ = std::stoll(route.value(kMemoryAlignment));
+  const int64_t alignment = plan.alignment_;
   for (const auto& value : graph->values()) {
     if (!value->hasType) {
       return internalError("value '{}' has no type: lower only shape-inferred graphs", value->name);
@@ -234,7 +258,7 @@ Result<Plan> lowerToCuda(std::shared_ptr<const ir::Graph> graph, const knobs::Ro
   requests.fit = route.value(kMemoryFit) == "best" ? backends::Fit::kBest : backends::Fit::kFirst;
   requests.order =
       route.value(kMemoryOrder) == "time" ? backends::Order::kTime : backends::Order::kSize;
-  requests.alignment = 256;
+  requests.alignment = alignment;
   requests.keepInputsIntact = true;  // Plan::time uploads inputs once for many runs
   const backends::BufferAssignment memory = backends::assignBuffers(*graph, requests);
   plan.arenaBytes_ = memory.arenaBytes;
@@ -250,7 +274,7 @@ Result<Plan> lowerToCuda(std::shared_ptr<const ir::Graph> graph, const knobs::Ro
         plan.constants_.push_back(ref.constant);
         plan.constantOffsets_.push_back(plan.weightBytes_);
         const int64_t bytes = static_cast<int64_t>(ref.constant->byteSize());
-        plan.weightBytes_ += (bytes + kWeightAlignment - 1) / kWeightAlignment * kWeightAlignment;
+        plan.weightBytes_ += (bytes + alignment - 1) / alignment * alignment;
       }
       ref.weightOffset = it->second;
     } else {

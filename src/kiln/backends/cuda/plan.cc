@@ -234,10 +234,15 @@ Status Plan::initialize() {
   if (timingCache) KILN_RETURN_IF_ERROR(timingCache->save());
   if (streamCount_ > 1) {
     // Steps on different streams may run at once: each stream gets a workspace of its own.
-    device->streamWorkspaceStride = (workspace + 255) / 256 * 256;
+    device->streamWorkspaceStride = (workspace + alignment_ - 1) / alignment_ * alignment_;
     workspace = device->streamWorkspaceStride * streamCount_;
+    int priority = 0;  // the default, which the plan's stream has
+    if (streamPriority_ == "branches") {
+      int least = 0;
+      KILN_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &priority));
+    }
     for (int k = 1; k < streamCount_; ++k) {
-      KILN_ASSIGN_OR_RETURN(Stream aux, Stream::create());
+      KILN_ASSIGN_OR_RETURN(Stream aux, Stream::create(priority));
       device->aux.push_back(std::move(aux));
     }
     KILN_ASSIGN_OR_RETURN(device->fork, Event::create());

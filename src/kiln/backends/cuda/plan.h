@@ -184,6 +184,10 @@ class Plan {
   // The streams runs spread the steps over (cuda.streams; 1: the plan's stream alone), step i's
   // stream (0 is the plan's) and the steps on other streams it waits for.
   int streamCount() const { return streamCount_; }
+  // The auxiliary streams' priority (cuda.streams.priority: "equal" or "branches").
+  const std::string& streamPriority() const { return streamPriority_; }
+  // The byte alignment of arena ranges, constants and stream workspaces (cuda.memory.alignment).
+  int64_t alignment() const { return alignment_; }
   int stepStream(size_t i) const { return stepStreams_.empty() ? 0 : stepStreams_[i]; }
   const std::vector<int>& stepWaits(size_t i) const { return stepWaits_[i]; }
   const ir::Graph& graph() const { return *graph_; }
@@ -209,9 +213,11 @@ class Plan {
   int64_t arenaBytes_ = 0;
   int64_t weightBytes_ = 0;
   bool graphsAllowed_ = true;
-  bool timingCacheAllowed_ = true;  // cuda.timing_cache
-  std::string l2Persist_ = "off";   // cuda.l2.persist
-  int streamCount_ = 1;             // cuda.streams, as the schedule used them
+  bool timingCacheAllowed_ = true;        // cuda.timing_cache
+  std::string l2Persist_ = "off";         // cuda.l2.persist
+  int streamCount_ = 1;                   // cuda.streams, as the schedule used them
+  std::string streamPriority_ = "equal";  // cuda.streams.priority
+  int64_t alignment_ = 256;               // cuda.memory.alignment
   std::vector<int> stepStreams_;
   std::vector<std::vector<int>> stepWaits_;
   std::vector<bool> stepSignals_;  // whether a step on another stream waits for step i

@@ -62,6 +62,19 @@ const knobs::Knob kEltwiseInFp32 = knobs::declareKnob({
     .changesNumerics = true,
 });
 
+const knobs::Knob kAttentionInFp32 = knobs::declareKnob({
+    .name = "cuda.precision.attention_fp32",
+    .kind = knobs::KnobKind::kBool,
+    .defaultValue = "off",
+    .help = "under fp16 or bf16, keep fused attention (kiln.Attention) in float32, with casts "
+            "around it: its products then take TF32-free float32 math and the unfused kernels "
+            "(the flash kernel is reduced-only), for sequences long enough that the reduced "
+            "type's scores lose the accuracy a route needs",
+    .backends = {"cuda"},
+    .perNode = true,
+    .changesNumerics = true,
+});
+
 const knobs::Knob kInputsInFp32 = knobs::declareKnob({
     .name = "cuda.precision.inputs_fp32",
     .kind = knobs::KnobKind::kBool,
@@ -268,6 +281,7 @@ std::optional<ir::DType> reducedTypeFor(const ir::Node& node, const knobs::Route
   }
   if (isReductionOrPool(op) && route.value(kReduceInFp32, &node) == "on") return std::nullopt;
   if (isElementwise(op) && route.value(kEltwiseInFp32, &node) == "on") return std::nullopt;
+  if (op == "kiln.Attention" && route.value(kAttentionInFp32, &node) == "on") return std::nullopt;
   if (!hasFloat32Data(node) || allOutputsConstant(node)) return std::nullopt;
   // Every float input and output must be float32 (a node already mixing types stays as it is).
   for (const ir::Value* value : node.inputs) {

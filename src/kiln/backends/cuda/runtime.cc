@@ -156,9 +156,9 @@ Stream& Stream::operator=(Stream&& other) noexcept {
   }
   return *this;
 }
-Result<Stream> Stream::create() {
+Result<Stream> Stream::create(int priority) {
   Stream stream;
-  KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream.stream_, cudaStreamNonBlocking));
+  KILN_CUDA_CHECK(cudaStreamCreateWithPriority(&stream.stream_, cudaStreamNonBlocking, priority));
   return stream;
 }
 

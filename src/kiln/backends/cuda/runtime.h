@@ -80,7 +80,7 @@ class Stream {
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
 
-  static Result<Stream> create();
+  static Result<Stream> create(int priority = 0);  // 0: the default priority
   cudaStream_t get() const { return stream_; }
 
  private:

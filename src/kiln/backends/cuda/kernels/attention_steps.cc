@@ -61,6 +61,18 @@ const knobs::Knob kAttentionFlashMinKeys = knobs::declareKnob({
     .changesNumerics = true,
 });
 
+const knobs::Knob kAttentionFlashWarps = knobs::declareKnob({
+    .name = "cuda.attention.flash.warps",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"4", "2", "8"},
+    .defaultValue = "4",
+    .help = "warps a CTA of the flash attention kernel, each 16 query rows: 2 makes twice the "
+            "CTAs of 4 (a short batch fills more SMs), 8 half as many (each staged key tile "
+            "serves 128 rows)",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
 const knobs::Knob kAttentionSoftmaxWarpRows = knobs::declareKnob({
     .name = "cuda.attention.softmax.warp_rows",
     .kind = knobs::KnobKind::kEnum,
@@ -293,9 +305,13 @@ class AttentionStep final : public Step {
 // The fused kernel (flash_attention.h): no workspace, one launch.
 class FlashAttentionStep final : public Step {
  public:
-  FlashAttentionStep(ir::AttentionGeometry geometry, GemmType type)
-      : g_(std::move(geometry)), type_(type) {
+  FlashAttentionStep(ir::AttentionGeometry geometry, GemmType type, int warps)
+      : g_(std::move(geometry)), type_(type), warps_(warps) {
     tactic = "kiln.attention.flash";
+  }
+
+  std::string detail() const override {
+    return fmt::format("{} warps, {} query rows a CTA", warps_, warps_ * 16);
   }
 
   Status prepare(PrepareContext& prepare) override {
@@ -342,11 +358,13 @@ class FlashAttentionStep final : public Step {
     a.scale = g_.scale;
     a.mask = maskOf(context, *this, g_, maskOffsets_);
     a.nanToZero = g_.nanToZero;
+    a.warps = warps_;
     return a;
   }
 
   const ir::AttentionGeometry g_;
   const GemmType type_;
+  const int warps_;
   const int64_t* maskOffsets_ = nullptr;  // device copy of g_.maskBatchOffsets
 };
 
@@ -372,7 +390,8 @@ std::unique_ptr<Step> makeAttentionStep(const ir::Node& node, const knobs::Route
   const int64_t minKeys = std::stoll(route.value(kAttentionFlashMinKeys, &node));
   if (flash && g.skv >= minKeys &&
       flashAttentionSupports(*type, g.d, g.dv, g.batch * g.sq, g.skv)) {
-    return std::make_unique<FlashAttentionStep>(std::move(*geometry), *type);
+    return std::make_unique<FlashAttentionStep>(
+        std::move(*geometry), *type, std::stoi(route.value(kAttentionFlashWarps, &node)));
   }
   return std::make_unique<AttentionStep>(
       std::move(*geometry), *type, productOptionsFor(node, route),

@@ -525,13 +525,14 @@ cudaError_t launchSplit(const SegmentedCopy& copy, const void* big, int elementS
 
 cudaError_t launchAxisTableGather(const AxisTableGather& gather, const void* src, void* dst,
                                   int elementSize, cudaStream_t stream) {
+  if (!validBlock(gather.blockThreads)) return cudaErrorInvalidValue;
   if (!validRank(gather.rank)) return cudaErrorInvalidValue;
   const int64_t total = productOf(gather.dims, gather.rank);
   if (total <= 0) return cudaSuccess;
   if (gather.rank > 0 && !gather.tables) return cudaErrorInvalidValue;
   return bySize(elementSize, [&](auto tag) {
     using U = decltype(tag);
-    axisTableKernel<U><<<blocksFor(total), kThreads, 0, stream>>>(
+    axisTableKernel<U><<<blocksFor(total, gather.blockThreads), gather.blockThreads, 0, stream>>>(
         gather, static_cast<const U*>(src), static_cast<U*>(dst), total);
     return cudaGetLastError();
   });
@@ -539,15 +540,17 @@ cudaError_t launchAxisTableGather(const AxisTableGather& gather, const void* src
 
 cudaError_t launchGather(const GatherGeometry& geometry, const void* data, const void* indices,
                          bool indices64, void* out, int elementSize, cudaStream_t stream) {
+  if (!validBlock(geometry.blockThreads)) return cudaErrorInvalidValue;
   const int64_t total = geometry.outer * geometry.indexCount * geometry.inner;
   if (total <= 0) return cudaSuccess;
   return bySize(elementSize, [&](auto tag) {
     using U = decltype(tag);
     return byIndexType(indices64, [&](auto indexTag) {
       using Index = decltype(indexTag);
-      gatherKernel<U, Index><<<blocksFor(total), kThreads, 0, stream>>>(
-          geometry, static_cast<const U*>(data), static_cast<const Index*>(indices),
-          static_cast<U*>(out), total);
+      gatherKernel<U, Index>
+          <<<blocksFor(total, geometry.blockThreads), geometry.blockThreads, 0, stream>>>(
+              geometry, static_cast<const U*>(data), static_cast<const Index*>(indices),
+              static_cast<U*>(out), total);
       return cudaGetLastError();
     });
   });
@@ -556,6 +559,7 @@ cudaError_t launchGather(const GatherGeometry& geometry, const void* data, const
 cudaError_t launchGatherElements(const ElementIndexing& indexing, const void* data,
                                  const void* indices, bool indices64, void* out, int elementSize,
                                  cudaStream_t stream) {
+  if (!validBlock(indexing.blockThreads)) return cudaErrorInvalidValue;
   if (!validRank(indexing.rank) || indexing.axis < 0 || indexing.axis >= indexing.rank) {
     return cudaErrorInvalidValue;
   }
@@ -565,9 +569,10 @@ cudaError_t launchGatherElements(const ElementIndexing& indexing, const void* da
     using U = decltype(tag);
     return byIndexType(indices64, [&](auto indexTag) {
       using Index = decltype(indexTag);
-      gatherElementsKernel<U, Index><<<blocksFor(total), kThreads, 0, stream>>>(
-          indexing, static_cast<const U*>(data), static_cast<const Index*>(indices),
-          static_cast<U*>(out), total);
+      gatherElementsKernel<U, Index>
+          <<<blocksFor(total, indexing.blockThreads), indexing.blockThreads, 0, stream>>>(
+              indexing, static_cast<const U*>(data), static_cast<const Index*>(indices),
+              static_cast<U*>(out), total);
       return cudaGetLastError();
     });
   });
@@ -576,6 +581,7 @@ cudaError_t launchGatherElements(const ElementIndexing& indexing, const void* da
 cudaError_t launchScatterElements(const ElementIndexing& indexing, const void* indices,
                                   bool indices64, const void* updates, void* out, int elementSize,
                                   cudaStream_t stream) {
+  if (!validBlock(indexing.blockThreads)) return cudaErrorInvalidValue;
   if (!validRank(indexing.rank) || indexing.axis < 0 || indexing.axis >= indexing.rank) {
     return cudaErrorInvalidValue;
   }
@@ -585,9 +591,10 @@ cudaError_t launchScatterElements(const ElementIndexing& indexing, const void* i
     using U = decltype(tag);
     return byIndexType(indices64, [&](auto indexTag) {
       using Index = decltype(indexTag);
-      scatterElementsKernel<U, Index><<<blocksFor(total), kThreads, 0, stream>>>(
-          indexing, static_cast<const Index*>(indices), static_cast<const U*>(updates),
-          static_cast<U*>(out), total);
+      scatterElementsKernel<U, Index>
+          <<<blocksFor(total, indexing.blockThreads), indexing.blockThreads, 0, stream>>>(
+              indexing, static_cast<const Index*>(indices), static_cast<const U*>(updates),
+              static_cast<U*>(out), total);
       return cudaGetLastError();
     });
   });
@@ -595,6 +602,7 @@ cudaError_t launchScatterElements(const ElementIndexing& indexing, const void* i
 
 cudaError_t launchGatherND(const NdIndexing& indexing, const void* data, const void* indices,
                            bool indices64, void* out, int elementSize, cudaStream_t stream) {
+  if (!validBlock(indexing.blockThreads)) return cudaErrorInvalidValue;
   const int64_t total = indexing.rows * indexing.sliceSize;
   if (total <= 0) return cudaSuccess;
   if (indexing.k < 1 || indexing.k > kMaxMoveRank || indexing.rowsPerBatch <= 0) {
@@ -604,9 +612,10 @@ cudaError_t launchGatherND(const NdIndexing& indexing, const void* data, const v
     using U = decltype(tag);
     return byIndexType(indices64, [&](auto indexTag) {
       using Index = decltype(indexTag);
-      gatherNdKernel<U, Index><<<blocksFor(total), kThreads, 0, stream>>>(
-          indexing, static_cast<const U*>(data), static_cast<const Index*>(indices),
-          static_cast<U*>(out), total);
+      gatherNdKernel<U, Index>
+          <<<blocksFor(total, indexing.blockThreads), indexing.blockThreads, 0, stream>>>(
+              indexing, static_cast<const U*>(data), static_cast<const Index*>(indices),
+              static_cast<U*>(out), total);
       return cudaGetLastError();
     });
   });
@@ -614,6 +623,7 @@ cudaError_t launchGatherND(const NdIndexing& indexing, const void* data, const v
 
 cudaError_t launchScatterND(const NdIndexing& indexing, const void* indices, bool indices64,
                             const void* updates, void* out, int elementSize, cudaStream_t stream) {
+  if (!validBlock(indexing.blockThreads)) return cudaErrorInvalidValue;
   const int64_t total = indexing.rows * indexing.sliceSize;
   if (total <= 0) return cudaSuccess;
   if (indexing.k < 1 || indexing.k > kMaxMoveRank || indexing.rowsPerBatch <= 0) {
@@ -623,9 +633,10 @@ cudaError_t launchScatterND(const NdIndexing& indexing, const void* indices, boo
     using U = decltype(tag);
     return byIndexType(indices64, [&](auto indexTag) {
       using Index = decltype(indexTag);
-      scatterNdKernel<U, Index><<<blocksFor(total), kThreads, 0, stream>>>(
-          indexing, static_cast<const Index*>(indices), static_cast<const U*>(updates),
-          static_cast<U*>(out), total);
+      scatterNdKernel<U, Index>
+          <<<blocksFor(total, indexing.blockThreads), indexing.blockThreads, 0, stream>>>(
+              indexing, static_cast<const Index*>(indices), static_cast<const U*>(updates),
+              static_cast<U*>(out), total);
       return cudaGetLastError();
     });
   });
@@ -634,6 +645,7 @@ cudaError_t launchScatterND(const NdIndexing& indexing, const void* indices, boo
 cudaError_t launchScatterElementsReduce(const ElementIndexing& indexing, ScatterReduction reduction,
                                         ElementType type, const void* indices, bool indices64,
                                         const void* updates, void* out, cudaStream_t stream) {
+  if (!validBlock(indexing.blockThreads)) return cudaErrorInvalidValue;
   if (!validRank(indexing.rank) || indexing.axis < 0 || indexing.axis >= indexing.rank) {
     return cudaErrorInvalidValue;
   }
@@ -647,9 +659,10 @@ cudaError_t launchScatterElementsReduce(const ElementIndexing& indexing, Scatter
     using T = typename decltype(tag)::type;
     return byIndexType(indices64, [&](auto indexTag) {
       using Index = decltype(indexTag);
-      scatterElementsReduceKernel<T, Index><<<blocksFor(columns), kThreads, 0, stream>>>(
-          indexing, reduction, static_cast<const Index*>(indices), static_cast<const T*>(updates),
-          static_cast<T*>(out), columns, inner);
+      scatterElementsReduceKernel<T, Index>
+          <<<blocksFor(columns, indexing.blockThreads), indexing.blockThreads, 0, stream>>>(
+              indexing, reduction, static_cast<const Index*>(indices),
+              static_cast<const T*>(updates), static_cast<T*>(out), columns, inner);
       return cudaGetLastError();
     });
   });
@@ -658,6 +671,7 @@ cudaError_t launchScatterElementsReduce(const ElementIndexing& indexing, Scatter
 cudaError_t launchScatterNDReduce(const NdIndexing& indexing, ScatterReduction reduction,
                                   ElementType type, const void* indices, bool indices64,
                                   const void* updates, void* out, cudaStream_t stream) {
+  if (!validBlock(indexing.blockThreads)) return cudaErrorInvalidValue;
   if (indexing.rows * indexing.sliceSize <= 0) return cudaSuccess;
   if (indexing.k < 1 || indexing.k > kMaxMoveRank || indexing.rowsPerBatch <= 0) {
     return cudaErrorInvalidValue;
@@ -666,9 +680,10 @@ cudaError_t launchScatterNDReduce(const NdIndexing& indexing, ScatterReduction r
     using T = typename decltype(tag)::type;
     return byIndexType(indices64, [&](auto indexTag) {
       using Index = decltype(indexTag);
-      scatterNdReduceKernel<T, Index><<<blocksFor(indexing.sliceSize), kThreads, 0, stream>>>(
-          indexing, reduction, static_cast<const Index*>(indices), static_cast<const T*>(updates),
-          static_cast<T*>(out));
+      scatterNdReduceKernel<T, Index>
+          <<<blocksFor(indexing.sliceSize, indexing.blockThreads), indexing.blockThreads, 0,
+             stream>>>(indexing, reduction, static_cast<const Index*>(indices),
+                       static_cast<const T*>(updates), static_cast<T*>(out));
       return cudaGetLastError();
     });
   });
@@ -689,18 +704,20 @@ cudaError_t launchTrilu(const void* x, void* y, int64_t count, int64_t rows, int
 
 cudaError_t launchResizeInterpolate(const ResizeTables& tables, ElementType type, const void* x,
                                     void* y, cudaStream_t stream) {
-  if (!validRank(tables.rank)) return cudaErrorInvalidValue;
+  if (!validRank(tables.rank) || !validBlock(tables.blockThreads)) return cudaErrorInvalidValue;
   const int64_t total = productOf(tables.dims, tables.rank);
   if (total <= 0) return cudaSuccess;
   if (tables.rank == 0 || !tables.offsets || !tables.weights) return cudaErrorInvalidValue;
   return device::byFloatType(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (tables.twoAxesLinear) {
-      resizeTwoAxesKernel<T><<<blocksFor(total), kThreads, 0, stream>>>(
-          tables, static_cast<const T*>(x), static_cast<T*>(y), static_cast<unsigned>(total));
+      resizeTwoAxesKernel<T>
+          <<<blocksFor(total, tables.blockThreads), tables.blockThreads, 0, stream>>>(
+              tables, static_cast<const T*>(x), static_cast<T*>(y), static_cast<unsigned>(total));
     } else {
-      resizeInterpolateKernel<T><<<blocksFor(total), kThreads, 0, stream>>>(
-          tables, static_cast<const T*>(x), static_cast<T*>(y), total);
+      resizeInterpolateKernel<T>
+          <<<blocksFor(total, tables.blockThreads), tables.blockThreads, 0, stream>>>(
+              tables, static_cast<const T*>(x), static_cast<T*>(y), total);
     }
     return cudaGetLastError();
   });

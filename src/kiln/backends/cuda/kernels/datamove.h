@@ -81,6 +81,7 @@ struct AxisTableGather {
   const int64_t* tables = nullptr;
   uint64_t fill = 0;  // the fill element's bytes, in the low `elementSize` bytes
   const void* fillDevice = nullptr;
+  int blockThreads = 256;  // threads a block (a multiple of 32 up to 1024)
 };
 cudaError_t launchAxisTableGather(const AxisTableGather& gather, const void* src, void* dst,
                                   int elementSize, cudaStream_t stream);
@@ -95,6 +96,7 @@ struct GatherGeometry {
   int64_t axisSize = 0;
   int64_t indexCount = 0;
   int64_t inner = 0;
+  int blockThreads = 256;  // threads a block (a multiple of 32 up to 1024)
 };
 cudaError_t launchGather(const GatherGeometry& geometry, const void* data, const void* indices,
                          bool indices64, void* out, int elementSize, cudaStream_t stream);
@@ -106,7 +108,8 @@ struct ElementIndexing {
   int axis = 0;
   int64_t indexDims[kMaxMoveRank] = {};
   int64_t dataStrides[kMaxMoveRank] = {};
-  int64_t axisSize = 0;  // data's extent along axis
+  int64_t axisSize = 0;    // data's extent along axis
+  int blockThreads = 256;  // threads a block (a multiple of 32 up to 1024)
 };
 // out (indices' shape) [e] = data[...]; out-of-range indices give zero elements.
 cudaError_t launchGatherElements(const ElementIndexing& indexing, const void* data,
@@ -130,6 +133,7 @@ struct NdIndexing {
   int64_t batchBlock = 0;
   int64_t dims[kMaxMoveRank] = {};
   int64_t strides[kMaxMoveRank] = {};
+  int blockThreads = 256;  // threads a block (a multiple of 32 up to 1024)
 };
 // out [row * sliceSize + t] = data[slice(row) + t]; rows with an out-of-range index give zeros.
 cudaError_t launchGatherND(const NdIndexing& indexing, const void* data, const void* indices,
@@ -184,6 +188,7 @@ struct ResizeTables {
   int axis = 0;
   int64_t inner = 1;       // output elements after axis + 1 (the input's too)
   int64_t inputPlane = 0;  // input elements a step of `outer` moves: inH * inW * inner
+  int blockThreads = 256;  // threads a block (a multiple of 32 up to 1024)
 };
 cudaError_t launchResizeInterpolate(const ResizeTables& tables, ElementType type, const void* x,
                                     void* y, cudaStream_t stream);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <set>
 
@@ -51,6 +52,74 @@ const knobs::Knob kTransposeTileRows = knobs::declareKnob({
     .help = "thread rows of the tiled transpose's 32x32 tile (cuda.transpose.tiled): each "
             "thread moves 32 / rows elements each way (8: 256-thread blocks, 4 elements a "
             "thread; 32: a thread an element)",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kConcatImpl = knobs::declareKnob({
+    .name = "cuda.concat.impl",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"kernel", "copies"},
+    .defaultValue = "kernel",
+    .help = "Concat as one kernel that finds each output element's part (a thread an element, "
+            "cuda.copy.block threads a block), or as one strided 2D copy a part "
+            "(cudaMemcpy2DAsync: a copy node each in a CUDA graph)",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kSplitImpl = knobs::declareKnob({
+    .name = "cuda.split.impl",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"kernel", "copies"},
+    .defaultValue = "kernel",
+    .help = "Split as one kernel that finds each input element's part (a thread an element, "
+            "cuda.copy.block threads a block), or as one strided 2D copy a part "
+            "(cudaMemcpy2DAsync)",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kTableBlock = knobs::declareKnob({
+    .name = "cuda.table.block",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"256", "128", "512", "1024"},
+    .defaultValue = "256",
+    .help = "threads per block of the per-axis table gather that runs Pad, Tile and nearest "
+            "Resize (a thread an output element)",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kGatherBlock = knobs::declareKnob({
+    .name = "cuda.gather.block",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"256", "128", "512", "1024"},
+    .defaultValue = "256",
+    .help = "threads per block of the Gather, GatherElements and GatherND kernels (a thread an "
+            "output element: an embedding lookup, say)",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kScatterBlock = knobs::declareKnob({
+    .name = "cuda.scatter.block",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"256", "128", "512", "1024"},
+    .defaultValue = "256",
+    .help = "threads per block of the ScatterElements and ScatterND kernels, with or without a "
+            "reduction",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kResizeBlock = knobs::declareKnob({
+    .name = "cuda.resize.block",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"256", "128", "512", "1024"},
+    .defaultValue = "256",
+    .help = "threads per block of the interpolating Resize kernels (linear, cubic; the bilinear "
+            "two-axis kernel of an image upsampling too), a thread an output element",
     .backends = {"cuda"},
     .perNode = true,
 });
@@ -452,13 +521,21 @@ class SegmentedStep final : public Step {
   SegmentedStep(bool split, int64_t outer, std::vector<int64_t> starts, int elementSize)
       : split_(split), outer_(outer), starts_(std::move(starts)), elementSize_(elementSize) {}
 
+  bool split() const { return split_; }
   void setBlockThreads(int threads) { copy_.blockThreads = threads; }
+  // Each part as one strided 2D copy instead of the kernel (cuda.concat.impl, cuda.split.impl),
+  // where the rows' pitch fits what cudaMemcpy2DAsync takes.
+  void useCopies() {
+    copies_ = starts_.back() * elementSize_ <= std::numeric_limits<int32_t>::max();
+  }
   std::string detail() const override {
-    return std::to_string(starts_.size() - 1) + " parts, " + std::to_string(copy_.blockThreads) +
-           "-thread blocks";
+    return std::to_string(starts_.size() - 1) + " parts, " +
+           (copies_ ? std::string("a 2D copy a part")
+                    : std::to_string(copy_.blockThreads) + "-thread blocks");
   }
 
   Status prepare(PrepareContext& context) override {
+    if (copies_) return Status::ok();
     const auto& parts = split_ ? outputs : inputs;
     pointers_.clear();
     for (const auto& part : parts) pointers_.push_back(context.context.address(*part));
@@ -473,6 +550,7 @@ class SegmentedStep final : public Step {
   }
 
   Status enqueue(const Context& context) const override {
+    if (copies_) return enqueueCopies(context);
     if (split_) {
       KILN_CUDA_CHECK(
           launchSplit(copy_, context.address(*inputs[0]), elementSize_, context.stream));
@@ -485,7 +563,31 @@ class SegmentedStep final : public Step {
   }
 
  private:
+  // Part k is `outer` rows of (starts[k + 1] - starts[k]) elements, dense; in the big tensor its
+  // rows start at starts[k] and lie starts.back() elements apart.
+  Status enqueueCopies(const Context& context) const {
+    const auto& parts = split_ ? outputs : inputs;
+    std::byte* big = context.address(split_ ? *inputs[0] : *outputs[0]);
+    const auto pitch = static_cast<size_t>(starts_.back() * elementSize_);
+    for (size_t k = 0; k < parts.size(); ++k) {
+      const auto width = static_cast<size_t>((starts_[k + 1] - starts_[k]) * elementSize_);
+      if (width == 0 || outer_ == 0) continue;
+      std::byte* inBig = big + starts_[k] * elementSize_;
+      std::byte* part = context.address(*parts[k]);
+      const auto rows = static_cast<size_t>(outer_);
+      if (split_) {
+        KILN_CUDA_CHECK(cudaMemcpy2DAsync(part, width, inBig, pitch, width, rows,
+                                          cudaMemcpyDeviceToDevice, context.stream));
+      } else {
+        KILN_CUDA_CHECK(cudaMemcpy2DAsync(inBig, pitch, part, width, width, rows,
+                                          cudaMemcpyDeviceToDevice, context.stream));
+      }
+    }
+    return Status::ok();
+  }
+
   bool split_;
+  bool copies_ = false;
   int64_t outer_;
   std::vector<int64_t> starts_;       // count + 1 row offsets, in elements
   std::vector<std::byte*> pointers_;  // host copies of what the device tables hold
@@ -548,6 +650,11 @@ class AxisTableStep final : public Step {
       gather_.tableStart[a] = static_cast<int64_t>(flat_.size());
       flat_.insert(flat_.end(), tables[a].begin(), tables[a].end());
     }
+  }
+
+  void setBlockThreads(int threads) { gather_.blockThreads = threads; }
+  std::string detail() const override {
+    return std::to_string(gather_.blockThreads) + "-thread blocks";
   }
 
   Status prepare(PrepareContext& context) override {
@@ -891,6 +998,11 @@ class ResizeInterpolateStep final : public Step {
                         std::vector<float> weights)
       : tables_(tables), type_(type), offsets_(std::move(offsets)), weights_(std::move(weights)) {}
 
+  void setBlockThreads(int threads) { tables_.blockThreads = threads; }
+  std::string detail() const override {
+    return std::to_string(tables_.blockThreads) + "-thread blocks";
+  }
+
   Status prepare(PrepareContext& context) override {
     KILN_ASSIGN_OR_RETURN(tables_.offsets, upload(context, offsets_, "resize offsets"));
     KILN_ASSIGN_OR_RETURN(tables_.weights, upload(context, weights_, "resize weights"));
@@ -1004,6 +1116,11 @@ class GatherStep final : public Step {
   GatherStep(GatherGeometry geometry, bool indices64, int elementSize)
       : geometry_(geometry), indices64_(indices64), elementSize_(elementSize) {}
 
+  void setBlockThreads(int threads) { geometry_.blockThreads = threads; }
+  std::string detail() const override {
+    return std::to_string(geometry_.blockThreads) + "-thread blocks";
+  }
+
   Status enqueue(const Context& context) const override {
     KILN_CUDA_CHECK(launchGather(geometry_, context.address(*inputs[0]),
                                  context.address(*inputs[1]), indices64_,
@@ -1066,6 +1183,12 @@ class ElementIndexingStep final : public Step {
         elementSize_(elementSizeOf(dtype)),
         type_(elementTypeOf(dtype).value_or(ElementType::kFloat32)),
         reduction_(reduction) {}
+
+  bool scatter() const { return scatter_; }
+  void setBlockThreads(int threads) { indexing_.blockThreads = threads; }
+  std::string detail() const override {
+    return std::to_string(indexing_.blockThreads) + "-thread blocks";
+  }
 
   Status enqueue(const Context& context) const override {
     std::byte* out = context.address(*outputs[0]);
@@ -1157,6 +1280,12 @@ class NdIndexingStep final : public Step {
         elementSize_(elementSizeOf(dtype)),
         type_(elementTypeOf(dtype).value_or(ElementType::kFloat32)),
         reduction_(reduction) {}
+
+  bool scatter() const { return scatter_; }
+  void setBlockThreads(int threads) { indexing_.blockThreads = threads; }
+  std::string detail() const override {
+    return std::to_string(indexing_.blockThreads) + "-thread blocks";
+  }
 
   Status enqueue(const Context& context) const override {
     std::byte* out = context.address(*outputs[0]);
@@ -1365,13 +1494,30 @@ std::unique_ptr<Step> makeMoveStep(const ir::Node& node, const knobs::Route& rou
   return step;
 }
 
-// The step, with the copy kernels' block from cuda.copy.block.
+// The step, with its launch from the route: cuda.copy.block for the strided gather and the Concat
+// and Split kernels (or cuda.concat.impl / cuda.split.impl's copies), cuda.table.block,
+// cuda.gather.block, cuda.scatter.block and cuda.resize.block for the others.
 std::unique_ptr<Step> makeDataMoveStep(const ir::Node& node, const knobs::Route& route) {
   std::unique_ptr<Step> step = makeMoveStep(node, route);
-  const int threads = std::stoi(route.value(kCopyBlock, &node));
-  if (auto* strided = dynamic_cast<StridedStep*>(step.get())) strided->setBlockThreads(threads);
-  if (auto* segmented = dynamic_cast<SegmentedStep*>(step.get())) {
-    segmented->setBlockThreads(threads);
+  if (!step) return step;
+  auto threads = [&](const knobs::Knob& knob) { return std::stoi(route.value(knob, &node)); };
+  if (auto* strided = dynamic_cast<StridedStep*>(step.get())) {
+    strided->setBlockThreads(threads(kCopyBlock));
+  } else if (auto* segmented = dynamic_cast<SegmentedStep*>(step.get())) {
+    segmented->setBlockThreads(threads(kCopyBlock));
+    if (route.value(segmented->split() ? kSplitImpl : kConcatImpl, &node) == "copies") {
+      segmented->useCopies();
+    }
+  } else if (auto* table = dynamic_cast<AxisTableStep*>(step.get())) {
+    table->setBlockThreads(threads(kTableBlock));
+  } else if (auto* resize = dynamic_cast<ResizeInterpolateStep*>(step.get())) {
+    resize->setBlockThreads(threads(kResizeBlock));
+  } else if (auto* gather = dynamic_cast<GatherStep*>(step.get())) {
+    gather->setBlockThreads(threads(kGatherBlock));
+  } else if (auto* elements = dynamic_cast<ElementIndexingStep*>(step.get())) {
+    elements->setBlockThreads(threads(elements->scatter() ? kScatterBlock : kGatherBlock));
+  } else if (auto* nd = dynamic_cast<NdIndexingStep*>(step.get())) {
+    nd->setBlockThreads(threads(nd->scatter() ? kScatterBlock : kGatherBlock));
   }
   return step;
 }

@@ -44,7 +44,8 @@
 // (transposeK / K'): d = 32: 25600 / 24576; d = 64: 46080 / 46080; d = 128: 87040 / 89088
 // (configureFlashAttention raises the limit above 48 KiB for d = 128).
 //
-// Tile sizes: 64 query rows a CTA (16 a warp is the mma's m) and 64 keys a tile for every head
+// Tile sizes: 64 query rows a CTA by default (16 a warp is the mma's m; FlashAttentionArgs::warps
+// gives 32 or 128 instead: cuda.attention.flash.warps) and 64 keys a tile for every head
 // size: the scores take 32 registers a thread, P's A fragments reuse them, and 64 keys give 4 k
 // steps of P · V against one ldmatrix .x4 per 16 output columns. Smaller key tiles would not save
 // work on the short sequences (Swin's 49 keys need 64 either way as 2 x 32), and larger ones add
@@ -78,19 +79,21 @@ using device::toFloat;
 
 constexpr int kWarpSize = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
-constexpr int kWarps = 4;
-constexpr int kWarpRows = 16;                   // query rows a warp: the mma's m
-constexpr int kBlockRows = kWarps * kWarpRows;  // query rows a CTA
-constexpr int kThreads = kWarps * kWarpSize;    // 128
-constexpr int kKeys = 64;                       // keys a tile
-constexpr int kScoreTiles = kKeys / 8;          // n8 tiles of a warp's scores
-constexpr int kKeySteps = kKeys / 16;           // k16 steps of P · V
-constexpr int kPad = 8;                         // 16 bytes of padding a row
-constexpr int kStorageBytes = 2;                // float16 and bfloat16
-constexpr int kVector = 8;                      // elements in 16 bytes
+constexpr int kWarpRows = 16;  // query rows a warp: the mma's m
+// A CTA is W warps (FlashAttentionArgs::warps: 2, 4 or 8): W * 16 query rows, W * 32 threads.
+template <int W>
+constexpr int kBlockRowsOf = W* kWarpRows;
+template <int W>
+constexpr int kThreadsOf = W* kWarpSize;
+constexpr int kKeys = 64;               // keys a tile
+constexpr int kScoreTiles = kKeys / 8;  // n8 tiles of a warp's scores
+constexpr int kKeySteps = kKeys / 16;   // k16 steps of P · V
+constexpr int kPad = 8;                 // 16 bytes of padding a row
+constexpr int kStorageBytes = 2;        // float16 and bfloat16
+constexpr int kVector = 8;              // elements in 16 bytes
 
 // Where each array lives in the dynamic shared memory, in bytes, and its row pitch in elements.
-template <int D, bool kTransposeK>
+template <int D, bool kTransposeK, int W>
 struct Layout {
   static constexpr int kLdQ = D + kPad;
   static constexpr int kLdK = kTransposeK ? D + kPad : kKeys + kPad;  // K [keys][d], K' [d][keys]
@@ -101,7 +104,7 @@ struct Layout {
   static constexpr int kVElements = kKeys * kLdV;
 
   static constexpr int kQ = 0;
-  static constexpr int kK = kQ + kBlockRows * kLdQ * kStorageBytes;
+  static constexpr int kK = kQ + kBlockRowsOf<W> * kLdQ * kStorageBytes;
   static constexpr int kV = kK + 2 * kKElements * kStorageBytes;
   static constexpr int kBytes = kV + 2 * kVElements * kStorageBytes;
 
@@ -226,7 +229,7 @@ __device__ __forceinline__ int64_t offsetOf(const FlashOperand& o, int64_t outer
 // (global and ldGlobal 16-byte aligned) by cp.async, 16 bytes a copy (a partial vector reads only
 // its valid elements); else element by element, synchronously. All kThreads threads take part
 // (block-uniform `vectorized`).
-template <typename T, int kRows, int kCols>
+template <typename T, int kRows, int kCols, int kThreads>
 __device__ __forceinline__ void stageTile(T* shared, int ldShared, const T* global,
                                           int64_t ldGlobal, int validRows, int validCols,
                                           bool vectorized) {
@@ -262,11 +265,17 @@ __device__ __forceinline__ void stageTile(T* shared, int ldShared, const T* glob
 // CTAs an SM the registers must allow: 4 for d = 32 (at most 128 registers a thread; Swin's
 // thousands of short entries want the occupancy), 3 for d = 64 (168: at 128 the mask words loaded
 // ahead of Q · K^T spill), 2 for d = 128 (255: O and the Q fragments alone take 96).
-constexpr int minBlocks(int d) { return d == 32 ? 4 : d == 64 ? 3 : 2; }
+// With W warps a CTA instead of 4, the same registers a thread allow 4 / W times as many CTAs.
+constexpr int minBlocks(int d, int warps) {
+  const int perFourWarps = d == 32 ? 4 : d == 64 ? 3 : 2;
+  return perFourWarps * 4 / warps > 0 ? perFourWarps * 4 / warps : 1;
+}
 
-template <typename T, int D, bool kTransposeK>
+template <typename T, int D, bool kTransposeK, int W>
 __device__ __forceinline__ void flashAttention(const FlashAttentionArgs& args) {
-  using L = Layout<D, kTransposeK>;
+  using L = Layout<D, kTransposeK, W>;
+  constexpr int kBlockRows = kBlockRowsOf<W>;
+  constexpr int kThreads = kThreadsOf<W>;
   constexpr int kDepthSteps = D / 16;  // k16 steps of Q · K^T
   constexpr int kOutTiles = D / 8;     // n8 tiles of the output
 
@@ -307,18 +316,18 @@ __device__ __forceinline__ void flashAttention(const FlashAttentionArgs& args) {
     T* toK = sK + buffer * L::kKElements;
     T* toV = sV + buffer * L::kVElements;
     if constexpr (kTransposeK) {
-      stageTile<T, kKeys, D>(toK, L::kLdK, k + key0 * ldK, ldK, keys, D, vectorK);
+      stageTile<T, kKeys, D, kThreads>(toK, L::kLdK, k + key0 * ldK, ldK, keys, D, vectorK);
     } else {
       // K' [d][keys]: the tile's rows start key0 into each row.
-      stageTile<T, D, kKeys>(toK, L::kLdK, k + key0, ldK, D, keys, vectorK);
+      stageTile<T, D, kKeys, kThreads>(toK, L::kLdK, k + key0, ldK, D, keys, vectorK);
     }
-    stageTile<T, kKeys, D>(toV, L::kLdV, v + key0 * ldV, ldV, keys, D, vectorV);
+    stageTile<T, kKeys, D, kThreads>(toV, L::kLdV, v + key0 * ldV, ldV, keys, D, vectorV);
   };
 
   // The Q block (rows past sq zero) and the first key tile, then each warp's Q fragments, kept in
   // registers for every tile.
   const int queries = static_cast<int>(args.sq - q0 < kBlockRows ? args.sq - q0 : kBlockRows);
-  stageTile<T, kBlockRows, D>(sQ, L::kLdQ, q + q0 * ldQ, ldQ, queries, D, vectorQ);
+  stageTile<T, kBlockRows, D, kThreads>(sQ, L::kLdQ, q + q0 * ldQ, ldQ, queries, D, vectorQ);
   stageKeys(0, 0);
   commitCopies();
   waitCopies();
@@ -534,15 +543,15 @@ __device__ __forceinline__ void flashAttention(const FlashAttentionArgs& args) {
   }
 }
 
-template <typename T, int D, bool kTransposeK>
-__global__ void __launch_bounds__(kThreads, minBlocks(D))
+template <typename T, int D, bool kTransposeK, int W>
+__global__ void __launch_bounds__(kThreadsOf<W>, minBlocks(D, W))
     flashAttentionKernel(FlashAttentionArgs args) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   (void)args;
   __trap();  // mma.sync m16n8k16 (bfloat16), ldmatrix and cp.async need sm_80 (the step's prepare
              // refuses older devices)
 #else
-  flashAttention<T, D, kTransposeK>(args);
+  flashAttention<T, D, kTransposeK, W>(args);
 #endif
 }
 
@@ -550,22 +559,36 @@ __global__ void __launch_bounds__(kThreads, minBlocks(D))
 // shared memory bytes.
 template <typename Fn>
 cudaError_t byInstance(const FlashAttentionArgs& args, Fn&& fn) {
-  auto byLayout = [&](auto tag) -> cudaError_t {
+  auto byWarps = [&](auto tag, auto transposeK, auto warps) -> cudaError_t {
     using T = typename decltype(tag)::type;
-    auto byHead = [&](auto transposeK) -> cudaError_t {
-      constexpr bool kTransposeK = decltype(transposeK)::value;
-      switch (args.d) {
-        case 32:
-          return fn(flashAttentionKernel<T, 32, kTransposeK>, Layout<32, kTransposeK>::kBytes);
-        case 64:
-          return fn(flashAttentionKernel<T, 64, kTransposeK>, Layout<64, kTransposeK>::kBytes);
-        case 128:
-          return fn(flashAttentionKernel<T, 128, kTransposeK>, Layout<128, kTransposeK>::kBytes);
-        default:
-          return cudaErrorInvalidValue;
-      }
-    };
-    return args.transposeK ? byHead(std::true_type{}) : byHead(std::false_type{});
+    constexpr bool kTransposeK = decltype(transposeK)::value;
+    constexpr int W = decltype(warps)::value;
+    switch (args.d) {
+      case 32:
+        return fn(flashAttentionKernel<T, 32, kTransposeK, W>, Layout<32, kTransposeK, W>::kBytes);
+      case 64:
+        return fn(flashAttentionKernel<T, 64, kTransposeK, W>, Layout<64, kTransposeK, W>::kBytes);
+      case 128:
+        return fn(flashAttentionKernel<T, 128, kTransposeK, W>,
+                  Layout<128, kTransposeK, W>::kBytes);
+      default:
+        return cudaErrorInvalidValue;
+    }
+  };
+  auto byHead = [&](auto tag, auto transposeK) -> cudaError_t {
+    switch (args.warps) {
+      case 2:
+        return byWarps(tag, transposeK, std::integral_constant<int, 2>{});
+      case 4:
+        return byWarps(tag, transposeK, std::integral_constant<int, 4>{});
+      case 8:
+        return byWarps(tag, transposeK, std::integral_constant<int, 8>{});
+      default:
+        return cudaErrorInvalidValue;
+    }
+  };
+  auto byLayout = [&](auto tag) -> cudaError_t {
+    return args.transposeK ? byHead(tag, std::true_type{}) : byHead(tag, std::false_type{});
   };
   switch (args.type) {
     case kGemmFloat16:
@@ -587,10 +610,11 @@ cudaError_t configureFlashAttention(const FlashAttentionArgs& args) {
 
 cudaError_t launchFlashAttention(const FlashAttentionArgs& args, cudaStream_t stream) {
   if (args.batch <= 0 || args.sq <= 0 || args.skv <= 0) return cudaSuccess;
-  const int64_t blocks = (args.sq + kBlockRows - 1) / kBlockRows * args.batch;
+  const int64_t rows = int64_t{args.warps} * kWarpRows;
+  const int64_t blocks = (args.sq + rows - 1) / rows * args.batch;
   if (blocks > INT_MAX) return cudaErrorInvalidConfiguration;
   return byInstance(args, [&](auto kernel, int bytes) {
-    kernel<<<static_cast<unsigned>(blocks), kThreads, bytes, stream>>>(args);
+    kernel<<<static_cast<unsigned>(blocks), args.warps * kWarpSize, bytes, stream>>>(args);
     return cudaGetLastError();
   });
 }

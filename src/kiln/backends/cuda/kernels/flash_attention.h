@@ -39,6 +39,10 @@ struct FlashAttentionArgs {
   float scale = 1.0f;
   AttentionMask mask;
   bool nanToZero = false;
+  // Warps a CTA (2, 4 or 8), each 16 query rows: fewer make more CTAs of a short batch (GPT-2's
+  // 12 heads of 512 queries are 96 CTAs of 64 rows, fewer than an H200's 132 SMs), more share
+  // each staged key tile among more rows.
+  int warps = 4;
 };
 
 // Whether the kernel handles this type and head size (Dv == D in {32, 64, 128}, reduced types

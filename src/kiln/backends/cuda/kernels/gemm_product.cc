@@ -268,14 +268,16 @@ MatrixProduct::MatrixProduct(const ProductShape& shape, const ProductOptions& op
            macs >= options.nativeBelow;
   planFusion(useLt_);
   detail_ = useLt_ ? "cuBLASLt (algorithm chosen at prepare; " + preferenceText() + ")"
-                   : "kiln's tiled GEMM kernel";
+                   : fmt::format("kiln's tiled GEMM kernel (m={} n={} k={} batch={})", shape.m,
+                                 shape.n, shape.k, std::max<int64_t>(shape.batch, 1));
 }
 
 MatrixProduct::~MatrixProduct() { delete lt_; }
 
 std::string MatrixProduct::preferenceText() const {
   return fmt::format(
-      "workspace within {} MiB, split-K {}{}", options_.maxWorkspace >> 20,
+      "m={} n={} k={} batch={}, workspace within {} MiB, split-K {}{}", shape_.m, shape_.n,
+      shape_.k, std::max<int64_t>(shape_.batch, 1), options_.maxWorkspace >> 20,
       options_.splitK ? "allowed" : "denied",
       options_.algorithm == AlgorithmChoice::kTimed
           ? fmt::format(", up to {} timed {} runs each", options_.candidates, options_.timingRuns)

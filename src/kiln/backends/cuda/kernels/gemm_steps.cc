@@ -133,6 +133,17 @@ const knobs::Knob kGemmAlgoRank = knobs::declareKnob({
     .perNode = true,
 });
 
+const knobs::Knob kGemmFoldBatch = knobs::declareKnob({
+    .name = "cuda.gemm.fold_batch",
+    .kind = knobs::KnobKind::kBool,
+    .defaultValue = "on",
+    .help = "a MatMul whose right operand is one matrix (a projection of [batch, rows, K] "
+            "activations) folds the left operand's batch into its rows: one [batch * rows, K] "
+            "product; off runs it as a strided batch of products sharing the right matrix",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
 const knobs::Knob kGemmNativeBelow = knobs::declareKnob({
     .name = "cuda.gemm.native_below",
     .kind = knobs::KnobKind::kEnum,
@@ -282,7 +293,7 @@ std::optional<ProductProblem> readGemm(const ir::Node& node, bool fused) {
 }
 
 // MatMul with numpy promotion of 1-D operands and broadcasting of batch dimensions.
-std::optional<ProductProblem> readMatMul(const ir::Node& node) {
+std::optional<ProductProblem> readMatMul(const ir::Node& node, bool foldBatch) {
   const ir::Value* a = node.input(0);
   const ir::Value* b = node.input(1);
   if (!a || !b || node.inputs.size() != 2) return std::nullopt;
@@ -303,10 +314,17 @@ std::optional<ProductProblem> readMatMul(const ir::Node& node) {
   const int64_t bEntries = product(bBatch, 0, bBatch.size());
   const bool aShared = aEntries == 1;  // all batch dimensions 1 (or none)
   const bool bShared = bEntries == 1;
-  if (bShared) {
+  if (bShared && (foldBatch || aEntries == 1)) {
     // One right matrix: the left operand's rows, batch included, are one [rows, K] matrix.
     s.m *= aEntries;
     return p;
+  }
+  if (bShared) {
+    // cuda.gemm.fold_batch=off: a strided batch, every entry multiplying the same right matrix.
+    s.batch = aEntries;
+    s.strideA = s.m * s.k;
+    s.strideC = s.m * s.n;
+    return p;  // strideB 0
   }
   s.batch = bEntries;
   s.strideB = s.k * s.n;
@@ -365,7 +383,8 @@ std::unique_ptr<Step> makeProductStep(const ir::Node& node, const knobs::Route& 
   const std::optional<GemmType> type = sharedType(node);
   if (!type) return nullptr;
   std::optional<ProductProblem> problem =
-      node.opType == "MatMul" ? readMatMul(node) : readGemm(node, fused);
+      node.opType == "MatMul" ? readMatMul(node, route.value(kGemmFoldBatch, &node) == "on")
+                              : readGemm(node, fused);
   if (!problem) return nullptr;
   problem->shape.inputType = *type;
   problem->shape.outputType = *type;

@@ -577,13 +577,16 @@ cudaError_t launchLines(LineOp op, const Lines& lines, const RowLaunch& rows, El
                         const void* x, void* y, cudaStream_t stream) {
   const int64_t count = lines.outer * lines.inner;
   if (count <= 0 || lines.length <= 0) return cudaSuccess;
-  if (!validRowLaunch(rows)) return cudaErrorInvalidValue;
+  if (!validRowLaunch(rows) || rows.linesThreads < kWarpSize || rows.linesThreads > 1024 ||
+      rows.linesThreads % kWarpSize != 0) {
+    return cudaErrorInvalidValue;
+  }
   return device::byFloatType(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* in = static_cast<const T*>(x);
     T* out = static_cast<T*>(y);
     if (lines.inner > 1) {
-      linesKernel<T><<<blocksFor(count, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(
+      linesKernel<T><<<blocksFor(count, rows.linesThreads), rows.linesThreads, 0, stream>>>(
           op, lines, in, out, count);
     } else if (rows.kernel == RowKernel::kWarp) {
       rowsKernel<WarpRows, T>

@@ -38,6 +38,9 @@ struct RowLaunch {
   bool registerRows = true;
   // Softmax and LogSoftmax rows: the maximum and the sum from one read (online), not two.
   bool onlineSoftmax = false;
+  // Lines along an axis that is not the innermost (a thread a line): threads a block, a multiple
+  // of 32 up to 1024.
+  int linesThreads = 256;
 };
 
 enum class SoftmaxKind : int {

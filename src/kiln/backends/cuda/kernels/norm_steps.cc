@@ -134,6 +134,18 @@ const knobs::Knob kNormWarpRowLimit = knobs::declareKnob({
     .perNode = true,
 });
 
+const knobs::Knob kSoftmaxStridedBlock = knobs::declareKnob({
+    .name = "cuda.softmax.strided_block",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"256", "128", "512", "1024"},
+    .defaultValue = "256",
+    .help = "threads per block of the kernel that runs Softmax, LogSoftmax and Hardmax along an "
+            "axis that is not the innermost (a segmentation head's softmax over NCHW channels): "
+            "a thread a line, neighbouring threads on neighbouring lines",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
 namespace {
 
 using ir::DType;
@@ -207,7 +219,9 @@ class LinesStep final : public Step {
       : kind_(kind), p_(p), lines_(lines), rows_(rows), type_(type) {}
 
   std::string detail() const override {
-    if (lines_.inner > 1) return "strided lines, a thread a line";
+    if (lines_.inner > 1) {
+      return fmt::format("strided lines, a thread a line, {}-thread blocks", rows_.linesThreads);
+    }
     return rowLaunchText(rows_) + (rows_.onlineSoftmax ? ", online maximum and sum" : "");
   }
 
@@ -255,6 +269,7 @@ std::unique_ptr<Step> makeSoftmax(const ir::Node& node, const knobs::Route& rout
   }
   RowLaunch rows = rowLaunchFor(lines.length, node, route, kSoftmaxRows);
   rows.onlineSoftmax = node.opType != "Hardmax" && route.value(kSoftmaxOnline, &node) == "on";
+  rows.linesThreads = std::stoi(route.value(kSoftmaxStridedBlock, &node));
   const SoftmaxKind kind = node.opType == "Softmax"      ? SoftmaxKind::kSoftmax
                            : node.opType == "LogSoftmax" ? SoftmaxKind::kLogSoftmax
                                                          : SoftmaxKind::kHardmax;
