@@ -194,6 +194,30 @@ KILN_KNOB_EFFECT({
   return 0;
 }();
 
+[[maybe_unused]] const int kL2LimitEffects = [] {
+  for (const char* limit : {"half", "quarter"}) {
+    registerKnobEffect({
+        .knob = "cuda.l2.persist.limit",
+        .value = limit,
+        .shows = std::string("with the weights persisting in L2, the plan asks for ") + limit +
+                 " the device's largest set-aside (on a GPU the window still covers the weights)",
+        .backend = "cuda",
+        .graph = twinConvs,
+        .baseRoute = "-cuda.l2.persist=weights",
+        .expect =
+            [limit](const BuildSnapshot& base, const BuildSnapshot& changed) {
+              EXPECT_EQ(base.l2Limit, "max");
+              EXPECT_EQ(changed.l2Limit, limit);
+              EXPECT_EQ(changed.l2Persist, "weights");
+              if (changed.outputs.empty()) return;  // no GPU: nothing was prepared
+              EXPECT_GT(changed.l2WindowBytes, 0);
+              EXPECT_EQ(changed.l2WindowBytes, base.l2WindowBytes);
+            },
+    });
+  }
+  return 0;
+}();
+
 KILN_KNOB_EFFECT({
     .knob = "cuda.memory.planner",
     .value = "naive",

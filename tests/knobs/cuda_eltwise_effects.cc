@@ -133,6 +133,21 @@ KILN_KNOB_EFFECT({
     .skipReason = noNvrtc,
 });
 
+KILN_KNOB_EFFECT({
+    .knob = "cuda.eltwise.codegen.index",
+    .value = "64",
+    .shows = "the generated kernel of a fused SiLU and channel scale does its index arithmetic "
+             "in 64 bits, though every index fits 32",
+    .backend = "cuda",
+    .graph = channelScale,
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(fusedDetail(base), "vector 4 (16 bytes), block 256, unroll 1");
+          EXPECT_EQ(fusedDetail(changed), "vector 4 (16 bytes), block 256, unroll 1, 64-bit index");
+        },
+    .skipReason = noNvrtc,
+});
+
 struct CodegenLaunch {
   const char* knob;
   const char* value;

@@ -36,6 +36,27 @@ KILN_KNOB_EFFECT({
         },
 });
 
+KILN_KNOB_EFFECT({
+    .knob = "cuda.cumsum.kernel",
+    .value = "lines",
+    .shows = "a CumSum along the last axis of x [6, 70] runs a thread a line instead of a warp a "
+             "line",
+    .backend = "cuda",
+    .graph =
+        [] {
+          GraphSketch g;
+          g.output(g.node("CumSum", {g.input("x", {6, 70}), g.constant("axis", axes({1}))}, {},
+                          "cumsum"));
+          return g.take();
+        },
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.layer("cumsum").detail, "a warp a line");
+          EXPECT_EQ(changed.layer("cumsum").detail, "a thread a line");
+          EXPECT_EQ(changed.layer("cumsum").tactic, "kiln.cumsum");
+        },
+});
+
 // x [2, 8, 9, 9] -> MaxPool 3x3 stride 2 -> GlobalAveragePool: NHWC by default, so the global
 // pool takes a thread an output; with -cuda.layout=nchw, a block a plane.
 ir::Graph pools() {

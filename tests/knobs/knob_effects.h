@@ -48,6 +48,7 @@ struct BuildSnapshot {
   // cuda: the buffer the plan keeps persisting in L2 ("off", "arena", "weights") and, on a GPU,
   // the window the device gave it.
   std::string l2Persist;
+  std::string l2Limit;  // cuda: the persisting set-aside asked for ("max", "half", "quarter")
   int64_t l2WindowBytes = 0;
   int streams = 1;                  // cuda: the streams runs spread the steps over
   std::string streamPriority;       // cuda: the auxiliary streams' priority ("equal", "branches")

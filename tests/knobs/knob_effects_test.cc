@@ -53,6 +53,7 @@ std::string BuildSnapshot::summary() const {
                      (execution.empty() ? "" : ", execution " + execution) +
                      (timingCache.empty() ? "" : ", timing cache " + timingCache) +
                      (l2Persist.empty() ? "" : ", L2 persisting " + l2Persist) +
+                     (l2Limit.empty() || l2Limit == "max" ? "" : " (set-aside " + l2Limit + ")") +
                      (streams > 1 ? ", " + std::to_string(streams) + " streams" : "") +
                      (streamPriority.empty() || streamPriority == "equal"
                           ? ""
@@ -119,6 +120,7 @@ Result<BuildSnapshot> snapshot(const KnobEffect& effect, const std::string& rout
     shot.execution = build.plan.graphsAllowed() ? "graph" : "steps";
     shot.timingCache = build.plan.timingCacheAllowed() ? "on" : "off";
     shot.l2Persist = build.plan.l2Persist();
+    shot.l2Limit = build.plan.l2PersistLimit();
     return shot;
 #else
     return unsupported("this build has no CUDA backend");

@@ -77,6 +77,17 @@ const knobs::Knob kL2Persist = knobs::declareKnob({
     .backends = {"cuda"},
 });
 
+const knobs::Knob kL2PersistLimit = knobs::declareKnob({
+    .name = "cuda.l2.persist.limit",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"max", "half", "quarter"},
+    .defaultValue = "max",
+    .help = "with cuda.l2.persist on, the L2 set-aside for persisting lines: the device's largest, "
+            "or half or a quarter of it (the window's hit ratio scaled to match), leaving more of "
+            "the L2 to the accesses outside the window",
+    .backends = {"cuda"},
+});
+
 const knobs::Knob kStreams = knobs::declareKnob({
     .name = "cuda.streams",
     .kind = knobs::KnobKind::kEnum,
@@ -218,6 +229,7 @@ Result<Plan> lowerToCuda(std::shared_ptr<const ir::Graph> graph, const knobs::Ro
   plan.graphsAllowed_ = route.value(kGraphs) == "on";
   plan.timingCacheAllowed_ = route.value(kTimingCache) == "on";
   plan.l2Persist_ = route.value(kL2Persist);
+  plan.l2PersistLimit_ = route.value(kL2PersistLimit);
   plan.streamPriority_ = route.value(kStreamPriority);
   plan.alignment_ = std::stoll(route.value(kMemoryAlignment));
   const int64_t alignment = plan.alignment_;

@@ -131,14 +131,15 @@ namespace {
 // persisting in the L2 cache: the device's largest set-aside for persisting lines, and a window
 // over the buffer's first bytes up to the device's largest window, hit ratio scaled so the
 // persisting part fits the set-aside. Returns the window's bytes (0 where the device has none).
-Result<int64_t> persistInL2(const DeviceMemory& buffer, const DeviceInfo& info,
-                            cudaStream_t stream) {
+Result<int64_t> persistInL2(const DeviceMemory& buffer, const DeviceInfo& info, cudaStream_t stream,
+                            int limitDivisor) {
   int maxPersisting = 0, maxWindow = 0;
   KILN_CUDA_CHECK(
       cudaDeviceGetAttribute(&maxPersisting, cudaDevAttrMaxPersistingL2CacheSize, info.ordinal));
   KILN_CUDA_CHECK(
       cudaDeviceGetAttribute(&maxWindow, cudaDevAttrMaxAccessPolicyWindowSize, info.ordinal));
   if (maxPersisting <= 0 || maxWindow <= 0 || buffer.bytes() == 0) return int64_t{0};
+  maxPersisting /= limitDivisor;  // cuda.l2.persist.limit
   KILN_CUDA_CHECK(
       cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, static_cast<size_t>(maxPersisting)));
   const int64_t window = std::min<int64_t>(buffer.bytes(), maxWindow);
@@ -200,7 +201,10 @@ Status Plan::initialize() {
     // Set before the steps prepare, so timed choices see the cache as the runs will.
     KILN_ASSIGN_OR_RETURN(device->l2WindowBytes,
                           persistInL2(l2Persist_ == "arena" ? device->arena : device->weights,
-                                      device->info, device->stream.get()));
+                                      device->info, device->stream.get(),
+                                      l2PersistLimit_ == "quarter" ? 4
+                                      : l2PersistLimit_ == "half"  ? 2
+                                                                   : 1));
     if (device->l2WindowBytes > 0) ++Device::persistingPlans;
   }
   for (size_t i = 0; i < constants_.size(); ++i) {

@@ -180,6 +180,9 @@ class Plan {
   // (cuda.l2.persist: "off", "arena" or "weights") and, after initialize, the bytes of the window
   // the device gave it (0 where it supports none).
   const std::string& l2Persist() const { return l2Persist_; }
+  // The share of the device's largest persisting set-aside the plan asks for
+  // (cuda.l2.persist.limit: "max", "half" or "quarter").
+  const std::string& l2PersistLimit() const { return l2PersistLimit_; }
   int64_t l2WindowBytes() const;
   // The streams runs spread the steps over (cuda.streams; 1: the plan's stream alone), step i's
   // stream (0 is the plan's) and the steps on other streams it waits for.
@@ -215,6 +218,7 @@ class Plan {
   bool graphsAllowed_ = true;
   bool timingCacheAllowed_ = true;        // cuda.timing_cache
   std::string l2Persist_ = "off";         // cuda.l2.persist
+  std::string l2PersistLimit_ = "max";    // cuda.l2.persist.limit
   int streamCount_ = 1;                   // cuda.streams, as the schedule used them
   std::string streamPriority_ = "equal";  // cuda.streams.priority
   int64_t alignment_ = 256;               // cuda.memory.alignment

@@ -269,6 +269,7 @@ GeneratedFusedKernel generateFusedKernel(const ir::EltwiseProgram& program, Elem
   kernel.blockThreads = options.blockThreads;
   kernel.unroll = options.unroll;
   kernel.fastMath = options.fastMath;
+  kernel.narrowIndex = geometry.narrowIndex;
 
   // The vector kernel: packs of V elements along the innermost axis; a flat walk leaves its last
   // count % V elements to the tail, a strided one needs whole packs in every row.

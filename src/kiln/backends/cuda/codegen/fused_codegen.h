@@ -39,6 +39,7 @@ struct GeneratedFusedKernel {
   int blockThreads = 256;
   int unroll = 1;
   bool fastMath = false;
+  bool narrowIndex = false;  // 32-bit index arithmetic (the geometry's choice)
   // Operands the vector kernel loads as aligned packs (by their pointer, at enqueue).
   bool packedOperand[kMaxBroadcastOperands] = {};
 };

@@ -102,6 +102,18 @@ const knobs::Knob kEltwiseCodegenUnroll = knobs::declareKnob({
     .perNode = true,
 });
 
+const knobs::Knob kEltwiseCodegenIndex = knobs::declareKnob({
+    .name = "cuda.eltwise.codegen.index",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"auto", "64"},
+    .defaultValue = "auto",
+    .help = "the index arithmetic of generated elementwise kernels: 32-bit where every element "
+            "index and operand offset fits (auto; a strided walk's divisions are much cheaper), "
+            "or 64-bit always",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
 namespace {
 
 using ir::DType;
@@ -443,9 +455,10 @@ class GeneratedFusedStep final : public EltwiseStep {
   }
 
   std::string detail() const override {
-    return fmt::format("generated {}, vector {} ({} bytes), block {}, unroll {}{}", kernel_.name,
+    return fmt::format("generated {}, vector {} ({} bytes), block {}, unroll {}{}{}", kernel_.name,
                        kernel_.vector, kernel_.vector * kernel_.elementBytes, kernel_.blockThreads,
-                       kernel_.unroll, kernel_.fastMath ? ", fast math" : "");
+                       kernel_.unroll, kernel_.fastMath ? ", fast math" : "",
+                       kernel_.narrowIndex ? "" : ", 64-bit index");
   }
 
  private:
@@ -680,8 +693,10 @@ std::unique_ptr<Step> makeGenerated(const ir::Node& node, const ir::EltwiseProgr
   options.vectorBytes = std::stoi(route.value(kEltwiseCodegenVectorBytes, &node));
   options.unroll = std::stoi(route.value(kEltwiseCodegenUnroll, &node));
   options.fastMath = route.value(kEltwiseCodegenFastMath, &node) == "on";
+  BroadcastGeometry walk = geometry;
+  if (route.value(kEltwiseCodegenIndex, &node) == "64") walk.narrowIndex = false;
   return withTactic(
-      std::make_unique<GeneratedFusedStep>(generateFusedKernel(program, type, geometry, options)),
+      std::make_unique<GeneratedFusedStep>(generateFusedKernel(program, type, walk, options)),
       tactic);
 }
 

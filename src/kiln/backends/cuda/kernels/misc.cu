@@ -392,7 +392,8 @@ cudaError_t launchCumSum(const CumSumParams& params, ElementType type, const voi
     return cudaErrorInvalidValue;
   }
   // A known innermost axis: a warp per line.
-  const bool warpLines = !params.axisDevice && params.axis == params.rank - 1;
+  const bool warpLines =
+      !params.axisDevice && params.axis == params.rank - 1 && !params.threadLines;
   return byNumericType(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* in = static_cast<const T*>(x);

@@ -49,6 +49,9 @@ struct CumSumParams {
   bool axis64 = true;  // axisDevice holds an int64 (else int32)
   bool exclusive = false;
   bool reverse = false;
+  // Lines along the innermost axis (of a constant axis) go a warp each, unless this is set: then
+  // a thread each, as the lines along any other axis.
+  bool threadLines = false;
 };
 cudaError_t launchCumSum(const CumSumParams& params, ElementType type, const void* x, void* y,
                          cudaStream_t stream);

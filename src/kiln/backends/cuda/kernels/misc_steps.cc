@@ -40,6 +40,18 @@ const knobs::Knob kEinsumImpl = knobs::declareKnob({
     .perNode = true,
 });
 
+const knobs::Knob kCumSumKernel = knobs::declareKnob({
+    .name = "cuda.cumsum.kernel",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"auto", "lines"},
+    .defaultValue = "auto",
+    .help = "CumSum along the innermost axis: a warp a line, its lanes summing chunks and "
+            "combining them with shuffles (auto), or a thread a line walking it in order (lines; "
+            "what every other axis takes). Same sums, other order",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
 namespace {
 
 using ir::DType;
@@ -72,6 +84,12 @@ class CumSumStep final : public Step {
   CumSumStep(CumSumParams params, ElementType type, bool runtimeAxis)
       : params_(params), type_(type), runtimeAxis_(runtimeAxis) {}
 
+  std::string detail() const override {
+    const bool warpLines =
+        !runtimeAxis_ && params_.axis == params_.rank - 1 && !params_.threadLines;
+    return warpLines ? "a warp a line" : "a thread a line";
+  }
+
   Status enqueue(const Context& context) const override {
     CumSumParams params = params_;
     if (runtimeAxis_) params.axisDevice = context.address(*inputs[1]);
@@ -87,7 +105,7 @@ class CumSumStep final : public Step {
   bool runtimeAxis_;
 };
 
-std::unique_ptr<Step> makeCumSum(const ir::Node& node) {
+std::unique_ptr<Step> makeCumSum(const ir::Node& node, const knobs::Route& route) {
   const ir::Value* x = node.inputs[0];
   const ir::Value* axis = node.input(1);
   const ir::Value* y = node.outputs[0];
@@ -104,6 +122,7 @@ std::unique_ptr<Step> makeCumSum(const ir::Node& node) {
   CumSumParams params;
   params.exclusive = *exclusive != 0;
   params.reverse = *reverse != 0;
+  params.threadLines = route.value(kCumSumKernel, &node) == "lines";
   params.axis64 = axis->dtype == DType::kInt64;
   const bool runtimeAxis = !axis->constant;
   if (runtimeAxis) {
@@ -652,7 +671,7 @@ std::unique_ptr<Step> makeMiscStep(const ir::Node& node, const knobs::Route& rou
   if (op == "ConstantOfShape") return makeConstantOfShape(node);
   if (op == "Range") return makeRange(node);
   if (node.inputs.empty() || !node.inputs[0]) return nullptr;
-  if (op == "CumSum") return makeCumSum(node);
+  if (op == "CumSum") return makeCumSum(node, route);
   if (op == "Einsum") return makeEinsum(node, route);
   if (op == "OneHot") return makeOneHot(node);
   if (op == "TopK") return makeTopK(node);
