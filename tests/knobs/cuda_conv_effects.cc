@@ -193,6 +193,31 @@ KILN_KNOB_EFFECT({
         },
 });
 
+[[maybe_unused]] const int kEpilogueBlockEffects = [] {
+  for (const char* threads : {"128", "512", "1024"}) {
+    const std::string blocks = std::string("an epilogue kernel of ") + threads + "-thread blocks";
+    registerKnobEffect({
+        .knob = "cuda.conv.epilogue.block",
+        .value = threads,
+        .shows = "with the bias left to kiln's epilogue kernel (cuda.conv.epilogue=separate), "
+                 "that kernel launches " +
+                 std::string(threads) + "-thread blocks instead of 256-thread ones",
+        .backend = "cuda",
+        .graph = convWithBias,
+        .baseRoute = "-cuda.conv.epilogue=separate",
+        .expect =
+            [blocks](const BuildSnapshot& base, const BuildSnapshot& changed) {
+              const std::string& before = base.layer("conv").detail;
+              const std::string& after = changed.layer("conv").detail;
+              EXPECT_NE(before.find("an epilogue kernel of 256-thread blocks"), std::string::npos)
+                  << before;
+              EXPECT_NE(after.find(blocks), std::string::npos) << after;
+            },
+    });
+  }
+  return 0;
+}();
+
 [[maybe_unused]] const int kPadChannelEffects = [] {
   for (const char* multiple : {"4", "8"}) {
     registerKnobEffect({

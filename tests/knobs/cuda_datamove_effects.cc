@@ -199,6 +199,13 @@ void registerBlockEffects(const char* knob, const char* layer, const char* tacti
                         {{"mode", ir::Attribute{std::string("linear")}}}, "resize"));
         return g.take();
       });
+  registerBlockEffects("cuda.trilu.block", "trilu", "kiln.trilu",
+                       "a Trilu keeping the lower triangle of x [2, 9, 12]", [] {
+                         GraphSketch g;
+                         g.output(g.node("Trilu", {g.input("x", {2, 9, 12})},
+                                         {{"upper", ir::Attribute{int64_t{0}}}}, "trilu"));
+                         return g.take();
+                       });
   return 0;
 }();
 

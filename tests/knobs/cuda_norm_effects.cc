@@ -91,6 +91,38 @@ ir::Graph softmaxChannels() {
   return g.take();
 }
 
+[[maybe_unused]] const int kElementwiseNormEffects = [] {
+  for (const char* threads : {"128", "512", "1024"}) {
+    const std::string blocks = std::string("a thread an element, ") + threads + "-thread blocks";
+    registerKnobEffect({
+        .knob = "cuda.norm.elementwise_block",
+        .value = threads,
+        .shows = std::string("an unfolded BatchNormalization and an LRN launch ") + threads +
+                 "-thread blocks instead of 256-thread ones",
+        .backend = "cuda",
+        .graph =
+            [] {
+              GraphSketch g;
+              auto bn =
+                  g.node("BatchNormalization",
+                         {g.input("x", {2, 6, 5, 5}), g.weight("scale", {6}), g.weight("bias", {6}),
+                          g.weight("mean", {6}), g.weight("var", {6}, 0.4f, 1.0f)},
+                         {}, "bn");
+              g.output(g.node("LRN", {bn}, {{"size", ir::Attribute{int64_t{3}}}}, "lrn"));
+              return g.take();
+            },
+        .expect =
+            [blocks](const BuildSnapshot& base, const BuildSnapshot& changed) {
+              for (const char* layer : {"bn", "lrn"}) {
+                EXPECT_EQ(base.layer(layer).detail, "a thread an element, 256-thread blocks");
+                EXPECT_EQ(changed.layer(layer).detail, blocks);
+              }
+            },
+    });
+  }
+  return 0;
+}();
+
 struct RowLaunchEffect {
   const char* knob;
   const char* value;

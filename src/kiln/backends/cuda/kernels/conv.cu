@@ -420,14 +420,16 @@ cudaError_t launchConvTranspose(const ConvGeometry& geometry, ElementType type, 
 
 cudaError_t launchConvEpilogue(ElementType type, void* y, const void* bias, const void* residual,
                                int64_t count, int64_t channels, int64_t inner,
-                               ConvEpilogue epilogue, cudaStream_t stream) {
+                               ConvEpilogue epilogue, int blockThreads, cudaStream_t stream) {
   if (count <= 0) return cudaSuccess;
   if (bias && (channels <= 0 || inner <= 0)) return cudaErrorInvalidValue;
+  if (!validBlock(blockThreads)) return cudaErrorInvalidValue;
   return device::byFloatType(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    convEpilogueKernel<T><<<static_cast<unsigned>(blocksFor(count)), kThreads, 0, stream>>>(
-        static_cast<T*>(y), static_cast<const T*>(bias), static_cast<const T*>(residual), count,
-        channels, inner, epilogue);
+    convEpilogueKernel<T>
+        <<<static_cast<unsigned>(blocksFor(count, blockThreads)), blockThreads, 0, stream>>>(
+            static_cast<T*>(y), static_cast<const T*>(bias), static_cast<const T*>(residual), count,
+            channels, inner, epilogue);
     return cudaGetLastError();
   });
 }

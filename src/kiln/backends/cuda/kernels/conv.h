@@ -108,7 +108,7 @@ cudaError_t launchConvTranspose(const ConvGeometry& geometry, ElementType type, 
 // NCHW, 1 for NHWC). bias and residual may be null.
 cudaError_t launchConvEpilogue(ElementType type, void* y, const void* bias, const void* residual,
                                int64_t count, int64_t channels, int64_t inner,
-                               ConvEpilogue epilogue, cudaStream_t stream);
+                               ConvEpilogue epilogue, int blockThreads, cudaStream_t stream);
 
 // kiln.NhwcConv's weights [kH, kW, C/group, M] to [M, kH, kW, C/group], the filter layout
 // cuDNN's NHWC convolutions read; elements of `elementSize` (2 or 4) bytes are moved as they are.

@@ -101,6 +101,18 @@ const knobs::Knob kConvEpilogue = knobs::declareKnob({
     .perNode = true,
 });
 
+const knobs::Knob kConvEpilogueBlock = knobs::declareKnob({
+    .name = "cuda.conv.epilogue.block",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"256", "128", "512", "1024"},
+    .defaultValue = "256",
+    .help = "threads per block of kiln's convolution epilogue kernel (the bias, residual or "
+            "activation a cuDNN convolution leaves: all of them with cuda.conv.epilogue=separate), "
+            "a thread an output element",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
 const knobs::Knob kConvDepthwise = knobs::declareKnob({
     .name = "cuda.conv.depthwise",
     .kind = knobs::KnobKind::kEnum,
@@ -1202,10 +1214,11 @@ struct ConvChoice {
   bool cudnn = true;
   bool depthwise = false;  // kiln's depthwise NHWC kernel (problem.depthwise is set)
   bool timed = false;
-  size_t candidates = 8;  // configs timed (timed)
-  int engineRank = 0;     // heuristic: the plannable config taken, in heuristic order
-  int nativeBlock = 256;  // threads a block of kiln's direct and transposed kernels
-  int timingRuns = 3;     // timed runs of each (timed)
+  size_t candidates = 8;    // configs timed (timed)
+  int engineRank = 0;       // heuristic: the plannable config taken, in heuristic order
+  int nativeBlock = 256;    // threads a block of kiln's direct and transposed kernels
+  int epilogueBlock = 256;  // threads a block of kiln's epilogue kernel after cuDNN
+  int timingRuns = 3;       // timed runs of each (timed)
   bool fuseEpilogue = true;
   DepthwiseTiling tiling;  // kiln's depthwise kernel
   EngineFilter engines;
@@ -1316,6 +1329,12 @@ class ConvStep final : public Step {
         f.maxWorkspace >> 20, f.tensorCores ? ", tensor cores" : "",
         f.deterministic ? ", deterministic" : "",
         allowed.empty() ? "" : " (allowed" + allowed + ")");
+    if (problem_.hasBias || problem_.hasResidual ||
+        problem_.epilogue.activation != ConvActivation::kNone) {
+      text += fmt::format("; {} epilogue kernel of {}-thread blocks",
+                          choice_.fuseEpilogue ? "what cuDNN does not fuse: an" : "an",
+                          choice_.epilogueBlock);
+    }
     if (plan_.engine >= 0) {
       text += fmt::format("; engine {} (config {} of list {}), workspace {} bytes", plan_.engine,
                           plan_.configIndex, kHeuristicNames[plan_.heuristics], plan_.workspace);
@@ -1365,12 +1384,12 @@ class ConvStep final : public Step {
     const Fusion& f = graph_.fusion;
     ConvEpilogue rest = problem_.epilogue;
     if (f.activation) rest.activation = ConvActivation::kNone;
-    return cudaStatus(
-        launchConvEpilogue(problem_.type, y, f.bias ? nullptr : bias,
-                           f.residual ? nullptr : residual, problem_.outputElements,
-                           problem_.geometry.outChannels,
-                           problem_.nhwc ? 1 : problem_.outputSpatial, rest, context.stream),
-        "the convolution epilogue kernel");
+    return cudaStatus(launchConvEpilogue(problem_.type, y, f.bias ? nullptr : bias,
+                                         f.residual ? nullptr : residual, problem_.outputElements,
+                                         problem_.geometry.outChannels,
+                                         problem_.nhwc ? 1 : problem_.outputSpatial, rest,
+                                         choice_.epilogueBlock, context.stream),
+                      "the convolution epilogue kernel");
   }
 
  private:
@@ -1545,6 +1564,7 @@ std::unique_ptr<Step> makeConvStep(const ir::Node& node, const knobs::Route& rou
   choice.tiling.blockThreads = std::stoi(route.value(kConvDepthwiseBlock, &node));
   choice.tiling.vectorBytes = std::stoi(route.value(kConvDepthwiseVector, &node));
   choice.nativeBlock = std::stoi(route.value(kConvNativeBlock, &node));
+  choice.epilogueBlock = std::stoi(route.value(kConvEpilogueBlock, &node));
   choice.timed = route.value(kConvAlgo, &node) == "timed";
   choice.candidates = static_cast<size_t>(std::stoi(route.value(kConvCandidates, &node)));
   choice.timingRuns = std::stoi(route.value(kConvTimingRuns, &node));

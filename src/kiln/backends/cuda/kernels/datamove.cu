@@ -691,12 +691,12 @@ cudaError_t launchScatterNDReduce(const NdIndexing& indexing, ScatterReduction r
 
 cudaError_t launchTrilu(const void* x, void* y, int64_t count, int64_t rows, int64_t cols,
                         bool upper, int64_t k, const int64_t* kDevice, int elementSize,
-                        cudaStream_t stream) {
+                        int blockThreads, cudaStream_t stream) {
   if (count <= 0) return cudaSuccess;
-  if (rows <= 0 || cols <= 0) return cudaErrorInvalidValue;
+  if (rows <= 0 || cols <= 0 || !validBlock(blockThreads)) return cudaErrorInvalidValue;
   return bySize(elementSize, [&](auto tag) {
     using U = decltype(tag);
-    triluKernel<U><<<blocksFor(count), kThreads, 0, stream>>>(
+    triluKernel<U><<<blocksFor(count, blockThreads), blockThreads, 0, stream>>>(
         static_cast<const U*>(x), static_cast<U*>(y), count, rows, cols, upper, k, kDevice);
     return cudaGetLastError();
   });

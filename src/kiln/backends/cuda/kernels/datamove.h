@@ -163,7 +163,7 @@ cudaError_t launchScatterNDReduce(const NdIndexing& indexing, ScatterReduction r
 // null (a runtime input), else `k`.
 cudaError_t launchTrilu(const void* x, void* y, int64_t count, int64_t rows, int64_t cols,
                         bool upper, int64_t k, const int64_t* kDevice, int elementSize,
-                        cudaStream_t stream);
+                        int blockThreads, cudaStream_t stream);
 
 // Interpolating Resize (linear, cubic, antialiased): per output axis a, each coordinate has
 // taps[a] (source offset, weight) pairs at tables[tableStart[a] + coord * taps[a] + t]; an output

@@ -113,6 +113,17 @@ const knobs::Knob kScatterBlock = knobs::declareKnob({
     .perNode = true,
 });
 
+const knobs::Knob kTriluBlock = knobs::declareKnob({
+    .name = "cuda.trilu.block",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"256", "128", "512", "1024"},
+    .defaultValue = "256",
+    .help = "threads per block of the Trilu kernel (a causal mask built at run time, say), a "
+            "thread an element",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
 const knobs::Knob kResizeBlock = knobs::declareKnob({
     .name = "cuda.resize.block",
     .kind = knobs::KnobKind::kEnum,
@@ -1400,11 +1411,14 @@ class TriluStep final : public Step {
         cols_(cols),
         elementSize_(elementSize) {}
 
+  void setBlockThreads(int threads) { blockThreads_ = threads; }
+  std::string detail() const override { return std::to_string(blockThreads_) + "-thread blocks"; }
+
   Status enqueue(const Context& context) const override {
     const int64_t* kDevice = runtimeK_ ? context.data<int64_t>(*inputs[1]) : nullptr;
     KILN_CUDA_CHECK(launchTrilu(context.address(*inputs[0]), context.address(*outputs[0]),
                                 outputs[0]->elements(), rows_, cols_, upper_, k_, kDevice,
-                                elementSize_, context.stream));
+                                elementSize_, blockThreads_, context.stream));
     KILN_CUDA_CHECK_LAUNCH("trilu");
     return Status::ok();
   }
@@ -1415,6 +1429,7 @@ class TriluStep final : public Step {
   bool runtimeK_;
   int64_t rows_, cols_;
   int elementSize_;
+  int blockThreads_ = 256;
 };
 
 std::unique_ptr<Step> makeTrilu(const ir::Node& node) {
@@ -1518,6 +1533,8 @@ std::unique_ptr<Step> makeDataMoveStep(const ir::Node& node, const knobs::Route&
     elements->setBlockThreads(threads(elements->scatter() ? kScatterBlock : kGatherBlock));
   } else if (auto* nd = dynamic_cast<NdIndexingStep*>(step.get())) {
     nd->setBlockThreads(threads(nd->scatter() ? kScatterBlock : kGatherBlock));
+  } else if (auto* trilu = dynamic_cast<TriluStep*>(step.get())) {
+    trilu->setBlockThreads(threads(kTriluBlock));
   }
   return step;
 }

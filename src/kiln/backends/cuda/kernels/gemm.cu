@@ -192,11 +192,12 @@ cudaError_t launchNativeTyped(const NativeGemmArgs& args, cudaStream_t stream) {
 template <typename T, int kVec>
 cudaError_t launchEpilogueTyped(void* y, int64_t rows, int64_t columns, const GemmEpilogue& e,
                                 cudaStream_t stream) {
-  constexpr int kBlock = 256;
+  const int block = e.blockThreads;
+  if (block < 32 || block > 1024 || block % 32 != 0) return cudaErrorInvalidValue;
   const int64_t packs = rows * columns / kVec;
-  const int64_t blocks = (packs + kBlock - 1) / kBlock;
+  const int64_t blocks = (packs + block - 1) / block;
   const unsigned grid = static_cast<unsigned>(blocks < (1 << 20) ? blocks : (1 << 20));
-  gemmEpilogueKernel<T, kVec><<<grid, kBlock, 0, stream>>>(static_cast<T*>(y), rows, columns, e);
+  gemmEpilogueKernel<T, kVec><<<grid, block, 0, stream>>>(static_cast<T*>(y), rows, columns, e);
   return cudaGetLastError();
 }
 

@@ -46,6 +46,7 @@ struct GemmEpilogue {
   float biasScale = 1.0f;
   int64_t biasRowStride = 0;
   int64_t biasColumnStride = 0;
+  int blockThreads = 256;  // the epilogue kernel's threads a block (a multiple of 32 up to 1024)
 };
 
 // C[b] = epilogue(alpha * op(A[b]) · op(B[b])) for b < batch, every matrix row-major: op(A) is

@@ -259,6 +259,7 @@ MatrixProduct::MatrixProduct(const ProductShape& shape, const ProductOptions& op
   KILN_CHECK(shape.batch <= 1 || bare);
   KILN_CHECK(shape.pitchC() == shape.n || bare);  // the epilogue kernel takes dense rows
   epilogue_.bias = nullptr;
+  epilogue_.blockThreads = options.epilogueBlock;
   // The native kernel takes float C from reduced A and B, or all of one type.
   KILN_CHECK(shape.outputType == kGemmFloat32 || shape.outputType == shape.inputType);
   const double macs = static_cast<double>(shape.m) * static_cast<double>(shape.n) *
@@ -268,21 +269,28 @@ MatrixProduct::MatrixProduct(const ProductShape& shape, const ProductOptions& op
            macs >= options.nativeBelow;
   planFusion(useLt_);
   detail_ = useLt_ ? "cuBLASLt (algorithm chosen at prepare; " + preferenceText() + ")"
-                   : fmt::format("kiln's tiled GEMM kernel (m={} n={} k={} batch={})", shape.m,
-                                 shape.n, shape.k, std::max<int64_t>(shape.batch, 1));
+                   : fmt::format("kiln's tiled GEMM kernel (m={} n={} k={} batch={}{})", shape.m,
+                                 shape.n, shape.k, std::max<int64_t>(shape.batch, 1),
+                                 epilogueKernelRuns()
+                                     ? fmt::format(", epilogue kernel of {}-thread blocks",
+                                                   epilogue_.blockThreads)
+                                     : "");
 }
 
 MatrixProduct::~MatrixProduct() { delete lt_; }
 
 std::string MatrixProduct::preferenceText() const {
   return fmt::format(
-      "m={} n={} k={} batch={}, workspace within {} MiB, split-K {}{}", shape_.m, shape_.n,
+      "m={} n={} k={} batch={}, workspace within {} MiB, split-K {}{}{}", shape_.m, shape_.n,
       shape_.k, std::max<int64_t>(shape_.batch, 1), options_.maxWorkspace >> 20,
       options_.splitK ? "allowed" : "denied",
       options_.algorithm == AlgorithmChoice::kTimed
           ? fmt::format(", up to {} timed {} runs each", options_.candidates, options_.timingRuns)
       : options_.algoRank > 0 ? fmt::format(", the heuristics' number {}", options_.algoRank + 1)
-                              : "");
+                              : "",
+      epilogueKernelRuns()
+          ? fmt::format(", epilogue kernel of {}-thread blocks", epilogue_.blockThreads)
+          : "");
 }
 
 void MatrixProduct::planFusion(bool useLt) {

@@ -133,6 +133,18 @@ const knobs::Knob kGemmAlgoRank = knobs::declareKnob({
     .perNode = true,
 });
 
+const knobs::Knob kGemmEpilogueBlock = knobs::declareKnob({
+    .name = "cuda.gemm.epilogue.block",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"256", "128", "512", "1024"},
+    .defaultValue = "256",
+    .help = "threads per block of kiln's GEMM epilogue kernel (the bias and activation cuBLASLt "
+            "does not compute: all of them with cuda.gemm.epilogue=separate), a 16-byte pack of "
+            "a row a thread",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
 const knobs::Knob kGemmFoldBatch = knobs::declareKnob({
     .name = "cuda.gemm.fold_batch",
     .kind = knobs::KnobKind::kBool,
@@ -171,6 +183,7 @@ ProductOptions productOptionsFor(const ir::Node& node, const knobs::Route& route
   options.geluAsTanh = route.value(kGemmGeluEpilogue, &node) == "tanh";
   options.algoRank = std::stoi(route.value(kGemmAlgoRank, &node));
   options.nativeBelow = std::stod(route.value(kGemmNativeBelow, &node));
+  options.epilogueBlock = std::stoi(route.value(kGemmEpilogueBlock, &node));
   return options;
 }
 

@@ -35,6 +35,7 @@ struct ProductOptions {
   bool geluAsTanh = false;  // an erf GELU may run as cuBLASLt's tanh-approximation epilogue
   int algoRank = 0;         // kHeuristic: the heuristics' algorithm taken (0: their first)
   double nativeBelow = 0;   // products of fewer multiply-adds run kiln's kernel
+  int epilogueBlock = 256;  // threads a block of kiln's epilogue kernel
 };
 ProductOptions productOptionsFor(const ir::Node& node, const knobs::Route& route);
 

@@ -567,6 +567,8 @@ __global__ void lrnKernel(LrnGeometry g, const T* __restrict__ x, T* __restrict_
 }
 
 // Whether `rows` is a launch shape the row kernels take.
+bool validThreads(int threads) { return threads >= 32 && threads <= 1024 && threads % 32 == 0; }
+
 bool validRowLaunch(const RowLaunch& rows) {
   return rows.warpRows >= 1 && rows.warpRows * kWarpSize <= kMaxRowThreads &&
          rows.blockThreads >= kWarpSize && rows.blockThreads <= kMaxRowThreads &&
@@ -663,11 +665,13 @@ cudaError_t launchBatchNormalization(const BatchNormGeometry& geometry, const vo
                                      const void* scale, const void* bias, const void* mean,
                                      const void* var, void* y, cudaStream_t stream) {
   if (geometry.count <= 0) return cudaSuccess;
-  if (geometry.channels <= 0 || geometry.inner <= 0) return cudaErrorInvalidValue;
+  if (geometry.channels <= 0 || geometry.inner <= 0 || !validThreads(geometry.blockThreads)) {
+    return cudaErrorInvalidValue;
+  }
   return device::byFloatType(geometry.type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     batchNormKernel<T>
-        <<<blocksFor(geometry.count, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(
+        <<<blocksFor(geometry.count, geometry.blockThreads), geometry.blockThreads, 0, stream>>>(
             geometry, static_cast<const T*>(x), static_cast<const T*>(scale),
             static_cast<const T*>(bias), static_cast<const T*>(mean), static_cast<const T*>(var),
             static_cast<T*>(y));
@@ -678,10 +682,10 @@ cudaError_t launchBatchNormalization(const BatchNormGeometry& geometry, const vo
 cudaError_t launchLrn(const LrnGeometry& geometry, const void* x, void* y, cudaStream_t stream) {
   const int64_t count = geometry.batch * geometry.channels * geometry.inner;
   if (count <= 0) return cudaSuccess;
-  if (geometry.size < 1) return cudaErrorInvalidValue;
+  if (geometry.size < 1 || !validThreads(geometry.blockThreads)) return cudaErrorInvalidValue;
   return device::byFloatType(geometry.type, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    lrnKernel<T><<<blocksFor(count, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(
+    lrnKernel<T><<<blocksFor(count, geometry.blockThreads), geometry.blockThreads, 0, stream>>>(
         geometry, static_cast<const T*>(x), static_cast<T*>(y), count);
     return cudaGetLastError();
   });

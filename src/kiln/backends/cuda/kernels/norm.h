@@ -91,6 +91,7 @@ struct BatchNormGeometry {
   bool perElement = false;
   float epsilon = 1e-5f;
   ElementType type = ElementType::kFloat32;
+  int blockThreads = 256;  // a thread an element; a multiple of 32 up to 1024
 };
 cudaError_t launchBatchNormalization(const BatchNormGeometry& geometry, const void* x,
                                      const void* scale, const void* bias, const void* mean,
@@ -124,6 +125,7 @@ struct LrnGeometry {
   float beta = 0.75f;
   float bias = 1.0f;
   ElementType type = ElementType::kFloat32;
+  int blockThreads = 256;  // a thread an element; a multiple of 32 up to 1024
 };
 cudaError_t launchLrn(const LrnGeometry& geometry, const void* x, void* y, cudaStream_t stream);
 

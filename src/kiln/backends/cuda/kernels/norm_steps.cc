@@ -134,6 +134,17 @@ const knobs::Knob kNormWarpRowLimit = knobs::declareKnob({
     .perNode = true,
 });
 
+const knobs::Knob kNormElementwiseBlock = knobs::declareKnob({
+    .name = "cuda.norm.elementwise_block",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"256", "128", "512", "1024"},
+    .defaultValue = "256",
+    .help = "threads per block of the normalisations computed a thread an element: a "
+            "BatchNormalization left unfolded (no Conv before it) and LRN",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
 const knobs::Knob kSoftmaxStridedBlock = knobs::declareKnob({
     .name = "cuda.softmax.strided_block",
     .kind = knobs::KnobKind::kEnum,
@@ -488,6 +499,10 @@ class BatchNormStep final : public Step {
  public:
   explicit BatchNormStep(BatchNormGeometry geometry) : geometry_(geometry) {}
 
+  std::string detail() const override {
+    return fmt::format("a thread an element, {}-thread blocks", geometry_.blockThreads);
+  }
+
   Status enqueue(const Context& context) const override {
     auto in = [&](size_t i) -> const void* { return context.address(*inputs[i]); };
     KILN_CUDA_CHECK(launchBatchNormalization(geometry_, in(0), in(1), in(2), in(3), in(4),
@@ -500,7 +515,7 @@ class BatchNormStep final : public Step {
   BatchNormGeometry geometry_;
 };
 
-std::unique_ptr<Step> makeBatchNorm(const ir::Node& node) {
+std::unique_ptr<Step> makeBatchNorm(const ir::Node& node, int blockThreads) {
   const ir::Value* x = node.inputs[0];
   const ir::Value* y = node.outputs[0];
   const std::optional<ElementType> type = typeOf(y);
@@ -529,6 +544,7 @@ std::unique_ptr<Step> makeBatchNorm(const ir::Node& node) {
     if (i > 0 && input->shape.elementCount() != parameters) return nullptr;
   }
   if (geometry.count > 0 && (geometry.channels <= 0 || geometry.inner <= 0)) return nullptr;
+  geometry.blockThreads = blockThreads;
   auto step = std::make_unique<BatchNormStep>(geometry);
   step->tactic = "kiln.batchnorm";
   return step;
@@ -588,6 +604,10 @@ class LrnStep final : public Step {
  public:
   explicit LrnStep(LrnGeometry geometry) : geometry_(geometry) {}
 
+  std::string detail() const override {
+    return fmt::format("a thread an element, {}-thread blocks", geometry_.blockThreads);
+  }
+
   Status enqueue(const Context& context) const override {
     KILN_CUDA_CHECK(launchLrn(geometry_, context.address(*inputs[0]), context.address(*outputs[0]),
                               context.stream));
@@ -599,7 +619,7 @@ class LrnStep final : public Step {
   LrnGeometry geometry_;
 };
 
-std::unique_ptr<Step> makeLrn(const ir::Node& node) {
+std::unique_ptr<Step> makeLrn(const ir::Node& node, int blockThreads) {
   const ir::Value* x = node.inputs[0];
   const ir::Value* y = node.outputs[0];
   const std::optional<ElementType> type = typeOf(x);
@@ -619,6 +639,7 @@ std::unique_ptr<Step> makeLrn(const ir::Node& node) {
   geometry.beta = *beta;
   geometry.bias = *bias;
   geometry.type = *type;
+  geometry.blockThreads = blockThreads;
   auto step = std::make_unique<LrnStep>(geometry);
   step->tactic = "kiln.lrn";
   return step;
@@ -637,9 +658,11 @@ std::unique_ptr<Step> makeNormStep(const ir::Node& node, const knobs::Route& rou
   if (op == "LpNormalization") return makeLpNormalization(node);
   if (op == "LayerNormalization") return makeLayerNorm(node, route, false);
   if (op == "InstanceNormalization") return makeInstanceNorm(node, route);
-  if (op == "BatchNormalization") return makeBatchNorm(node);
+  if (op == "BatchNormalization") {
+    return makeBatchNorm(node, std::stoi(route.value(kNormElementwiseBlock, &node)));
+  }
   if (op == "MeanVarianceNormalization") return makeMeanVariance(node);
-  if (op == "LRN") return makeLrn(node);
+  if (op == "LRN") return makeLrn(node, std::stoi(route.value(kNormElementwiseBlock, &node)));
   return nullptr;
 }
 
