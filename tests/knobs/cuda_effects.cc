@@ -118,6 +118,20 @@ KILN_KNOB_EFFECT({
 });
 
 KILN_KNOB_EFFECT({
+    .knob = "cuda.graphs.upload",
+    .value = "on",
+    .shows = "the plan's CUDA graph is uploaded to the device when the plan is built, not at its "
+             "first launch",
+    .backend = "cuda",
+    .graph = fourBranches,
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.execution, "graph");
+          EXPECT_EQ(changed.execution, "graph, uploaded when built");
+        },
+});
+
+KILN_KNOB_EFFECT({
     .knob = "cuda.streams.priority",
     .value = "branches",
     .shows = "with two streams, the auxiliary one (the second branch's) runs at the device's "

@@ -36,6 +36,56 @@ KILN_KNOB_EFFECT({
         },
 });
 
+[[maybe_unused]] const int kMiscBlockEffects = [] {
+  for (const char* threads : {"128", "512", "1024"}) {
+    const std::string blocks = std::string(threads) + "-thread blocks";
+    registerKnobEffect({
+        .knob = "cuda.einsum.block",
+        .value = threads,
+        .shows = "kiln's einsum kernel (a row sum, ij->i, is no matrix product) launches " +
+                 blocks + " instead of 256-thread ones",
+        .backend = "cuda",
+        .graph =
+            [] {
+              GraphSketch g;
+              g.output(g.node("Einsum", {g.input("x", {40, 9})},
+                              {{"equation", ir::Attribute{std::string("ij->i")}}}, "rows"));
+              return g.take();
+            },
+        .expect =
+            [blocks](const BuildSnapshot& base, const BuildSnapshot& changed) {
+              EXPECT_EQ(base.layer("rows").tactic, "kiln.einsum");
+              EXPECT_EQ(base.layer("rows").detail, "256-thread blocks");
+              EXPECT_EQ(changed.layer("rows").detail, blocks);
+            },
+    });
+    registerKnobEffect({
+        .knob = "cuda.onehot.block",
+        .value = threads,
+        .shows = "the OneHot kernel launches " + blocks + " instead of 256-thread ones",
+        .backend = "cuda",
+        .graph =
+            [] {
+              GraphSketch g;
+              g.output(g.node(
+                  "OneHot",
+                  {g.constant("ids",
+                              ir::Tensor::fromVector<int64_t>(ir::Shape{2, 3}, {0, 4, 9, 2, 2, 7})),
+                   g.constant("depth", ir::Tensor::fromVector<int64_t>(ir::Shape{}, {10})),
+                   g.input("values", {2})},
+                  {}, "onehot"));
+              return g.take();
+            },
+        .expect =
+            [blocks](const BuildSnapshot& base, const BuildSnapshot& changed) {
+              EXPECT_EQ(base.layer("onehot").detail, "256-thread blocks");
+              EXPECT_EQ(changed.layer("onehot").detail, blocks);
+            },
+    });
+  }
+  return 0;
+}();
+
 KILN_KNOB_EFFECT({
     .knob = "cuda.cumsum.kernel",
     .value = "lines",

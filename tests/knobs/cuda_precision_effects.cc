@@ -59,6 +59,29 @@ KILN_KNOB_EFFECT({
 });
 
 KILN_KNOB_EFFECT({
+    .knob = "cuda.precision.products_fp32",
+    .value = "on",
+    .shows = "under fp16 a MatMul stays float32 while the Exp after it runs float16",
+    .backend = "cuda",
+    .graph =
+        [] {
+          GraphSketch g;
+          auto product =
+              g.node("MatMul", {g.input("x", {8, 32}), g.weight("w", {32, 16})}, {}, "mm");
+          g.output(g.node("Exp", {product}, {}, "exp"));
+          return g.take();
+        },
+    .baseRoute = kFp16,
+    .tolerance = 2e-2,
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.layer("mm").precision, "fp16");
+          EXPECT_EQ(changed.layer("mm").precision, "fp32");
+          EXPECT_EQ(changed.layer("exp").precision, "fp16");
+        },
+});
+
+KILN_KNOB_EFFECT({
     .knob = "cuda.precision.attention_fp32",
     .value = "on",
     .shows = "under fp16 a kiln.Attention stays float32 (and so takes the unfused kernels, not "

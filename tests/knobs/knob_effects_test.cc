@@ -117,7 +117,9 @@ Result<BuildSnapshot> snapshot(const KnobEffect& effect, const std::string& rout
     shot.streams = build.plan.streamCount();
     shot.streamPriority = build.plan.streamPriority();
     shot.arenaBytes = build.plan.arenaBytes();
-    shot.execution = build.plan.graphsAllowed() ? "graph" : "steps";
+    shot.execution = !build.plan.graphsAllowed() ? "steps"
+                     : build.plan.graphUpload()  ? "graph, uploaded when built"
+                                                 : "graph";
     shot.timingCache = build.plan.timingCacheAllowed() ? "on" : "off";
     shot.l2Persist = build.plan.l2Persist();
     shot.l2Limit = build.plan.l2PersistLimit();

@@ -23,6 +23,16 @@ const knobs::Knob kGraphs = knobs::declareKnob({
     .backends = {"cuda"},
 });
 
+const knobs::Knob kGraphUpload = knobs::declareKnob({
+    .name = "cuda.graphs.upload",
+    .kind = knobs::KnobKind::kBool,
+    .defaultValue = "off",
+    .help = "with cuda.graphs on, upload the instantiated CUDA graph to the device when the plan "
+            "is built (cudaGraphUpload), so the first run does not pay for it; off leaves the "
+            "upload to the first launch",
+    .backends = {"cuda"},
+});
+
 const knobs::Knob kTimingCache = knobs::declareKnob({
     .name = "cuda.timing_cache",
     .kind = knobs::KnobKind::kBool,
@@ -227,6 +237,7 @@ Result<Plan> lowerToCuda(std::shared_ptr<const ir::Graph> graph, const knobs::Ro
   Plan plan;
   plan.graph_ = graph;
   plan.graphsAllowed_ = route.value(kGraphs) == "on";
+  plan.graphUpload_ = route.value(kGraphUpload) == "on";
   plan.timingCacheAllowed_ = route.value(kTimingCache) == "on";
   plan.l2Persist_ = route.value(kL2Persist);
   plan.l2PersistLimit_ = route.value(kL2PersistLimit);

@@ -279,6 +279,10 @@ Status Plan::initialize() {
     if (enqueued.isOk() && ended == cudaSuccess) {
       device_->graph = graph;
       KILN_CUDA_CHECK(cudaGraphInstantiate(&device_->graphExec, graph, 0));
+      if (graphUpload_) {
+        KILN_CUDA_CHECK(cudaGraphUpload(device_->graphExec, stream));
+        KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
+      }
     } else {
       // A library call that cannot be captured: run step by step, and say so.
       if (graph) cudaGraphDestroy(graph);

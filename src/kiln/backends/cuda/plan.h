@@ -162,6 +162,8 @@ class Plan {
   int64_t workspaceBytes() const;  // valid after initialize
   // Whether the route lets runs replay a CUDA graph (cuda.graphs), before any step says no.
   bool graphsAllowed() const { return graphsAllowed_; }
+  // Whether the instantiated graph is uploaded when the plan initializes (cuda.graphs.upload).
+  bool graphUpload() const { return graphUpload_; }
   // Whether runs replay a CUDA graph: the route allows it and every step is capturable.
   bool usesGraph() const;
   // Why runs do not replay a graph ("" when they do, or before initialize).
@@ -216,6 +218,7 @@ class Plan {
   int64_t arenaBytes_ = 0;
   int64_t weightBytes_ = 0;
   bool graphsAllowed_ = true;
+  bool graphUpload_ = false;              // cuda.graphs.upload
   bool timingCacheAllowed_ = true;        // cuda.timing_cache
   std::string l2Persist_ = "off";         // cuda.l2.persist
   std::string l2PersistLimit_ = "max";    // cuda.l2.persist.limit

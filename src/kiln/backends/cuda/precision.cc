@@ -62,6 +62,19 @@ const knobs::Knob kEltwiseInFp32 = knobs::declareKnob({
     .changesNumerics = true,
 });
 
+const knobs::Knob kProductsInFp32 = knobs::declareKnob({
+    .name = "cuda.precision.products_fp32",
+    .kind = knobs::KnobKind::kBool,
+    .defaultValue = "off",
+    .help = "under fp16 or bf16, keep the convolutions and matrix products (Conv, ConvTranspose, "
+            "Gemm, MatMul and their fused forms) in float32, with casts around them, while the "
+            "ops between them run reduced: the products' rounding goes, their tensor-core speed "
+            "too",
+    .backends = {"cuda"},
+    .perNode = true,
+    .changesNumerics = true,
+});
+
 const knobs::Knob kAttentionInFp32 = knobs::declareKnob({
     .name = "cuda.precision.attention_fp32",
     .kind = knobs::KnobKind::kBool,
@@ -282,6 +295,10 @@ std::optional<ir::DType> reducedTypeFor(const ir::Node& node, const knobs::Route
   if (isReductionOrPool(op) && route.value(kReduceInFp32, &node) == "on") return std::nullopt;
   if (isElementwise(op) && route.value(kEltwiseInFp32, &node) == "on") return std::nullopt;
   if (op == "kiln.Attention" && route.value(kAttentionInFp32, &node) == "on") return std::nullopt;
+  static const std::set<std::string> kProducts = {
+      "Conv",           "ConvTranspose", "Gemm",          "MatMul",
+      "kiln.FusedConv", "kiln.NhwcConv", "kiln.FusedGemm"};
+  if (kProducts.count(op) && route.value(kProductsInFp32, &node) == "on") return std::nullopt;
   if (!hasFloat32Data(node) || allOutputsConstant(node)) return std::nullopt;
   // Every float input and output must be float32 (a node already mixing types stays as it is).
   for (const ir::Value* value : node.inputs) {

@@ -21,9 +21,9 @@ constexpr int kThreads = 256;
 constexpr int kWarp = 32;
 constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // grid-stride loops cover the rest
 
-unsigned blocksFor(int64_t work) {
+unsigned blocksFor(int64_t work, int threads = kThreads) {
   return static_cast<unsigned>(
-      std::max<int64_t>(1, std::min<int64_t>((work + kThreads - 1) / kThreads, kMaxBlocks)));
+      std::max<int64_t>(1, std::min<int64_t>((work + threads - 1) / threads, kMaxBlocks)));
 }
 
 using device::byNumericType;
@@ -333,6 +333,8 @@ __global__ void topKKernel(TopKParams p, const T* __restrict__ x, T* __restrict_
   }
 }
 
+bool validThreads(int threads) { return threads >= 32 && threads <= 1024 && threads % 32 == 0; }
+
 }  // namespace
 
 cudaError_t launchFill(void* dst, int64_t count, uint64_t pattern, int elementSize,
@@ -416,7 +418,10 @@ cudaError_t launchCumSum(const CumSumParams& params, ElementType type, const voi
 
 cudaError_t launchEinsum(const EinsumParams& params, ElementType type, void* out,
                          cudaStream_t stream) {
-  if (params.operands < 1 || params.operands > kMaxEinsumOperands) return cudaErrorInvalidValue;
+  if (params.operands < 1 || params.operands > kMaxEinsumOperands ||
+      !validThreads(params.blockThreads)) {
+    return cudaErrorInvalidValue;
+  }
   if (params.outputRank < 0 || params.outputRank > kMaxEinsumLabels || params.summedRank < 0 ||
       params.summedRank > kMaxEinsumLabels) {
     return cudaErrorInvalidValue;
@@ -428,8 +433,8 @@ cudaError_t launchEinsum(const EinsumParams& params, ElementType type, void* out
   if (outputs <= 0) return cudaSuccess;
   return byNumericType(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    einsumKernel<T>
-        <<<blocksFor(outputs), kThreads, 0, stream>>>(params, static_cast<T*>(out), outputs, terms);
+    einsumKernel<T><<<blocksFor(outputs, params.blockThreads), params.blockThreads, 0, stream>>>(
+        params, static_cast<T*>(out), outputs, terms);
     return cudaGetLastError();
   });
 }
@@ -438,11 +443,12 @@ cudaError_t launchOneHot(const OneHotParams& params, ElementType indexType, cons
                          const void* values, void* out, int elementSize, cudaStream_t stream) {
   const int64_t total = params.outer * params.depth * params.inner;
   if (total <= 0) return cudaSuccess;
+  if (!validThreads(params.blockThreads)) return cudaErrorInvalidValue;
   return bySize(elementSize, [&](auto sizeTag) {
     using U = decltype(sizeTag);
     return byNumericType(indexType, [&](auto tag) {
       using I = typename decltype(tag)::type;
-      oneHotKernel<U, I><<<blocksFor(total), kThreads, 0, stream>>>(
+      oneHotKernel<U, I><<<blocksFor(total, params.blockThreads), params.blockThreads, 0, stream>>>(
           params, static_cast<const I*>(indices), static_cast<const U*>(values),
           static_cast<U*>(out), total);
       return cudaGetLastError();

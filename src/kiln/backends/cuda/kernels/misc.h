@@ -72,6 +72,7 @@ struct EinsumParams {
   int summedRank = 0;  // the labels the output does not keep
   int64_t summedExtents[kMaxEinsumLabels] = {};
   int64_t summedStrides[kMaxEinsumOperands][kMaxEinsumLabels] = {};
+  int blockThreads = 256;  // a thread an output element; a multiple of 32 up to 1024
 };
 cudaError_t launchEinsum(const EinsumParams& params, ElementType type, void* out,
                          cudaStream_t stream);
@@ -86,6 +87,7 @@ struct OneHotParams {
   int64_t depth = 0;
   int64_t inner = 0;
   bool negativeFromBack = true;
+  int blockThreads = 256;  // a thread an output element; a multiple of 32 up to 1024
 };
 cudaError_t launchOneHot(const OneHotParams& params, ElementType indexType, const void* indices,
                          const void* values, void* out, int elementSize, cudaStream_t stream);

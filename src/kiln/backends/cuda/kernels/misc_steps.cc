@@ -40,6 +40,28 @@ const knobs::Knob kEinsumImpl = knobs::declareKnob({
     .perNode = true,
 });
 
+const knobs::Knob kEinsumBlock = knobs::declareKnob({
+    .name = "cuda.einsum.block",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"256", "128", "512", "1024"},
+    .defaultValue = "256",
+    .help = "threads per block of kiln's einsum kernel (the equations that are not one batch of "
+            "matrix products, and all of them with cuda.einsum.impl=native), a thread an output "
+            "element",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kOneHotBlock = knobs::declareKnob({
+    .name = "cuda.onehot.block",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"256", "128", "512", "1024"},
+    .defaultValue = "256",
+    .help = "threads per block of the OneHot kernel, a thread an output element",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
 const knobs::Knob kCumSumKernel = knobs::declareKnob({
     .name = "cuda.cumsum.kernel",
     .kind = knobs::KnobKind::kEnum,
@@ -152,6 +174,10 @@ std::unique_ptr<Step> makeCumSum(const ir::Node& node, const knobs::Route& route
 class EinsumStep final : public Step {
  public:
   EinsumStep(EinsumParams params, ElementType type) : params_(params), type_(type) {}
+
+  std::string detail() const override {
+    return std::to_string(params_.blockThreads) + "-thread blocks";
+  }
 
   Status enqueue(const Context& context) const override {
     EinsumParams params = params_;
@@ -368,6 +394,7 @@ std::unique_ptr<Step> makeEinsum(const ir::Node& node, const knobs::Route& route
       params.summedStrides[k][a] = plan->operandStrides[static_cast<size_t>(k)][label];
     }
   }
+  params.blockThreads = std::stoi(route.value(kEinsumBlock, &node));
   auto step = std::make_unique<EinsumStep>(params, *type);
   step->tactic = "kiln.einsum";
   return step;
@@ -379,6 +406,10 @@ class OneHotStep final : public Step {
  public:
   OneHotStep(OneHotParams params, ElementType indexType, int elementSize)
       : params_(params), indexType_(indexType), elementSize_(elementSize) {}
+
+  std::string detail() const override {
+    return std::to_string(params_.blockThreads) + "-thread blocks";
+  }
 
   Status enqueue(const Context& context) const override {
     KILN_CUDA_CHECK(launchOneHot(params_, indexType_, context.address(*inputs[0]),
@@ -394,7 +425,7 @@ class OneHotStep final : public Step {
   int elementSize_;
 };
 
-std::unique_ptr<Step> makeOneHot(const ir::Node& node) {
+std::unique_ptr<Step> makeOneHot(const ir::Node& node, const knobs::Route& route) {
   const ir::Value* indices = node.inputs[0];
   const ir::Value* values = node.input(2);
   const ir::Value* y = node.outputs[0];
@@ -415,6 +446,7 @@ std::unique_ptr<Step> makeOneHot(const ir::Node& node) {
   params.inner = product(dims, at + 1, dims.size());
   params.negativeFromBack = node.opsetVersion >= 11;
   if (params.outer * params.inner != indices->shape.elementCount()) return nullptr;
+  params.blockThreads = std::stoi(route.value(kOneHotBlock, &node));
   auto step = std::make_unique<OneHotStep>(params, *indexType, elementSizeOf(y->dtype));
   step->tactic = "kiln.one_hot";
   return step;
@@ -673,7 +705,7 @@ std::unique_ptr<Step> makeMiscStep(const ir::Node& node, const knobs::Route& rou
   if (node.inputs.empty() || !node.inputs[0]) return nullptr;
   if (op == "CumSum") return makeCumSum(node, route);
   if (op == "Einsum") return makeEinsum(node, route);
-  if (op == "OneHot") return makeOneHot(node);
+  if (op == "OneHot") return makeOneHot(node, route);
   if (op == "TopK") return makeTopK(node);
   if (op == "EyeLike") return makeEyeLike(node);
   if (op == "Dropout") return makeDropout(node);
