@@ -686,6 +686,18 @@ Fusion fullFusion(const ConvProblem& problem) {
   return {problem.hasBias, problem.hasResidual, cudnnActivationFor(problem.epilogue)};
 }
 
+// Whether cuDNN may take `problem`'s epilogue into its graph. Not for a float16 or bfloat16 NCHW
+// convolution whose output planes are 1x1 (squeeze-and-excitation's 1x1 convolutions over pooled
+// channels): cuDNN 9.14's fused engines for it, on an H100, leave part of Y unwritten
+// (compute-sanitizer's initcheck shows the next kernel reading it; EfficientNet-B0 gave NaN), while
+// the bare convolution and kiln's epilogue kernel after it are right. See
+// bench/gpu/results/2026-12-05-validation-2.md.
+bool cudnnMayFuse(const ConvProblem& problem) {
+  const bool reduced =
+      problem.type == ElementType::kFloat16 || problem.type == ElementType::kBFloat16;
+  return !(reduced && !problem.nhwc && problem.outputSpatial == 1);
+}
+
 // Whether kiln's epilogue kernel has work left after a graph with `fusion`.
 bool epilogueRemains(const ConvProblem& problem, const Fusion& fusion) {
   return (problem.hasBias && !fusion.bias) || (problem.hasResidual && !fusion.residual) ||
@@ -1229,7 +1241,8 @@ class ConvStep final : public Step {
   ConvStep(ConvProblem problem, ConvChoice choice) : problem_(std::move(problem)), choice_(choice) {
     layout = problem_.nhwc ? "nhwc" : "nchw";
     useCudnn_ = choice_.cudnn && !choice_.depthwise;
-    const Fusion planned = choice_.fuseEpilogue ? fullFusion(problem_) : Fusion{};
+    fuse_ = choice_.fuseEpilogue && cudnnMayFuse(problem_);
+    const Fusion planned = fuse_ ? fullFusion(problem_) : Fusion{};
     tactic = tacticFor(planned);
   }
 
@@ -1239,7 +1252,7 @@ class ConvStep final : public Step {
     // Tiers: everything cuDNN can fuse, then the bare convolution (kiln's epilogue kernel after
     // it). A tier cuDNN cannot build or plan is skipped; its reason is kept for the message.
     std::vector<Fusion> tiers;
-    if (choice_.fuseEpilogue && fullFusion(problem_).any()) tiers.push_back(fullFusion(problem_));
+    if (fuse_ && fullFusion(problem_).any()) tiers.push_back(fullFusion(problem_));
     tiers.push_back(Fusion{});
     std::string reasons;
     for (const Fusion& fusion : tiers) {
@@ -1331,9 +1344,12 @@ class ConvStep final : public Step {
         allowed.empty() ? "" : " (allowed" + allowed + ")");
     if (problem_.hasBias || problem_.hasResidual ||
         problem_.epilogue.activation != ConvActivation::kNone) {
-      text += fmt::format("; {} epilogue kernel of {}-thread blocks",
-                          choice_.fuseEpilogue ? "what cuDNN does not fuse: an" : "an",
-                          choice_.epilogueBlock);
+      text +=
+          fmt::format("; {} epilogue kernel of {}-thread blocks",
+                      fuse_                  ? "what cuDNN does not fuse: an"
+                      : choice_.fuseEpilogue ? "(1x1 reduced-type NCHW output: cuDNN fuses none) an"
+                                             : "an",
+                      choice_.epilogueBlock);
     }
     if (plan_.engine >= 0) {
       text += fmt::format("; engine {} (config {} of list {}), workspace {} bytes", plan_.engine,
@@ -1535,6 +1551,7 @@ class ConvStep final : public Step {
   ConvProblem problem_;
   ConvChoice choice_;
   bool useCudnn_ = true;
+  bool fuse_ = true;  // cuDNN takes the epilogue into its graph (cuda.conv.epilogue, cudnnMayFuse)
   std::string fallbackReason_;  // why cuDNN was given up in prepare(), for a debugger
   void* reorderedWeights_ = nullptr;
   // Destroyed in reverse order: the pack before the plan before the graph it was made for.
