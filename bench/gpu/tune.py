@@ -8,45 +8,95 @@ cuda --search SEARCH --tune-file TUNE --loadInputs inputs.npz --loadRefOutputs r
 
 Usage: tune.py --kiln PATH --models DIR --workloads a,b [--tune-file examples/cuda.tune]
                [--search mixed] [--rounds 2] [--duration 1] [--out DIR] [--tune-args "..."]
-  --out  where tune-<workload>.md (the tuner's reports), tune.json and the tables go
+               [--resume DIR] [--gpus N] [--no-ab]
+  --out     where tune-<workload>.md (the tuner's reports), tune-<workload>.db (the result
+            stores), timing-<workload>.json (the timing caches), tune.json and the tables go
+  --resume  a folder holding an earlier call's tune-<workload>.db with its .d folder (the run's
+            inputs and references) and timing-<workload>.json (an
+            earlier --out, carried back to the device): each workload's search continues from its
+            store (`kiln tune --continue`), so a campaign longer than one device call goes on
+            where the last call's time limit stopped it, without re-running finished trials (the
+            store keeps the study's paths: give the same --out and --models in every call, and
+            in --tune-args only how it runs, such as --tuning-timeout)
+  --gpus    tune up to N workloads at once, each on its own GPU (CUDA_VISIBLE_DEVICES); the A/B
+            timings after them run one at a time on GPU 0
+  --no-ab   tune only: skip the A/B timings (a call that only advances the searches)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from routes import run_once  # noqa: E402
 
 
-def tune(args, workload: str, out: Path) -> dict:
+def tune(args, workload: str, out: Path, gpu: int | None = None) -> dict:
     folder = Path(args.models) / workload
     model = folder / "model.onnx"
     if not model.exists():
         return {"error": f"no {model}"}
     cache = out / f"tune-{workload}.db"
+    timing = out / f"timing-{workload}.json"
+    resumed = False
+    in_place = bool(args.resume) and Path(args.resume).resolve() == out.resolve()
+    if in_place and cache.exists() and Path(str(cache) + ".d").is_dir():
+        resumed = True  # --resume is --out: continue the store where it lies
     for stale in (cache, Path(str(cache) + ".d")):
-        subprocess.run(["rm", "-rf", str(stale)], check=False)
-    command = [args.kiln, "tune", str(model), "--backend", "cuda", "--search", args.search,
-               "--tune-file", args.tune_file, "--accuracy-metric", "cos",
-               "--accuracy-threshold", str(args.threshold), "--cache", str(cache),
-               "--report", str(out / f"tune-{workload}.md")]
-    if (folder / "inputs.npz").exists():
-        command += ["--loadInputs", str(folder / "inputs.npz")]
-        if (folder / "ref.npz").exists():
-            command += ["--loadRefOutputs", str(folder / "ref.npz")]
+        if not resumed:
+            subprocess.run(["rm", "-rf", str(stale)], check=False)
+    if args.resume and not in_place:
+        earlier = Path(args.resume) / f"tune-{workload}.db"
+        earlier_work = Path(str(earlier) + ".d")  # the run's inputs and references
+        if earlier.exists() and earlier_work.is_dir():
+            shutil.copyfile(earlier, cache)
+            shutil.copytree(earlier_work, Path(str(cache) + ".d"))
+            resumed = True
+        earlier_timing = Path(args.resume) / f"timing-{workload}.json"
+        if earlier_timing.exists() and earlier_timing.resolve() != timing.resolve():
+            shutil.copyfile(earlier_timing, timing)
+    if resumed:
+        # The store holds the study (inputs, route expression, threshold, report and timing cache
+        # paths): only how it runs may be given again, so keep --out and --models the same paths
+        # from call to call.
+        command = [args.kiln, "tune", str(model), "--continue", "--cache", str(cache)]
+    else:
+        command = [args.kiln, "tune", str(model), "--backend", args.backend, "--search", args.search,
+                   "--tune-file", args.tune_file, "--accuracy-metric", "cos",
+                   "--accuracy-threshold", str(args.threshold), "--cache", str(cache),
+                   "--report", str(out / f"tune-{workload}.md")]
+        if args.backend == "cuda":
+            command += ["--timingCacheFile", str(timing)]
+        if (folder / "inputs.npz").exists():
+            command += ["--loadInputs", str(folder / "inputs.npz")]
+            if (folder / "ref.npz").exists():
+                command += ["--loadRefOutputs", str(folder / "ref.npz")]
     command += args.tune_args.split()
+    environment = dict(os.environ)
+    if gpu is not None:
+        environment["CUDA_VISIBLE_DEVICES"] = str(gpu)
     start = time.monotonic()
-    done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout,
+                              env=environment)
+        stdout, stderr, code = done.stdout, done.stderr, done.returncode
+    except subprocess.TimeoutExpired as expired:
+        # The store keeps every finished trial: --resume continues from it.
+        decode = lambda b: b.decode(errors="replace") if isinstance(b, bytes) else (b or "")  # noqa: E731
+        stdout, stderr, code = decode(expired.stdout), decode(expired.stderr), "timeout"
     seconds = time.monotonic() - start
-    (out / f"tune-{workload}.log").write_text(done.stdout + done.stderr)
-    result = {"command": " ".join(command), "seconds": seconds, "exit": done.returncode}
+    (out / f"tune-{workload}.log").write_text(stdout + stderr)
+    result = {"command": " ".join(command), "seconds": seconds, "exit": code,
+              "resumed": resumed, "gpu": gpu}
     exported = subprocess.run([args.kiln, "cache", "export", "--jsonl", str(cache)],
                               capture_output=True, text=True)
     trials = []
@@ -64,9 +114,9 @@ def tune(args, workload: str, out: Path) -> dict:
         status = trial.get("status", "?")
         result["statuses"][status] = result["statuses"].get(status, 0) + 1
     result["build_s"] = sum(float(t.get("build_ms", 0) or 0) for t in trials) / 1000
-    if done.returncode != 0:
-        lines = (done.stderr or done.stdout).strip().splitlines()
-        result["error"] = f"exit {done.returncode}: {lines[-1] if lines else 'no output'}"
+    if code != 0:
+        lines = (stderr or stdout).strip().splitlines()
+        result["error"] = f"exit {code}: {lines[-1] if lines else 'no output'}"
     return result
 
 
@@ -84,19 +134,39 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--duration", type=float, default=1.0)
     parser.add_argument("--out", default=".")
+    parser.add_argument("--resume", default="", help="an earlier --out to continue from")
+    parser.add_argument("--gpus", type=int, default=1, help="workloads tuned at once, a GPU each")
+    parser.add_argument("--no-ab", action="store_true", help="skip the A/B timings")
+    parser.add_argument("--backend", default="cuda", choices=["cuda", "cpu"],
+                        help="cpu: try the script's tuning half on a machine without a GPU "
+                             "(with --no-ab and a CPU route expression)")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
     names = [w for w in args.workloads.split(",") if w]
     results = {}
-    for w in names:
-        results[w] = tune(args, w, out)
-        r = results[w]
+    gpus = max(1, args.gpus)
+
+    def tune_on_free_gpu(index_and_name):
+        index, w = index_and_name
+        r = tune(args, w, out, index % gpus if gpus > 1 else None)
         winner = r.get("decision", {}).get("winner")
-        print(f"{w}: tuned in {r['seconds']:.0f} s, {r.get('trials', 0)} trials "
-              f"{r.get('statuses')}, winner {winner!r} {r.get('error', '')}",
-              file=sys.stderr, flush=True)
+        print(f"{w}: tuned in {r['seconds']:.0f} s{' (continued)' if r.get('resumed') else ''}, "
+              f"{r.get('trials', 0)} trials {r.get('statuses')}, winner {winner!r} "
+              f"{r.get('error', '')}", file=sys.stderr, flush=True)
+        return w, r
+
+    # Workload i runs on GPU i mod N, and at most N at once: one tuning a GPU at any time.
+    with ThreadPoolExecutor(max_workers=gpus) as pool:
+        lanes = [[(i, w) for i, w in enumerate(names) if i % gpus == lane] for lane in range(gpus)]
+        for finished in pool.map(lambda lane: [tune_on_free_gpu(x) for x in lane], lanes):
+            for w, r in finished:
+                results[w] = r
+    results = {w: results[w] for w in names}
+    if args.no_ab:
+        (out / "tune.json").write_text(json.dumps(results, indent=1))
+        return 0
 
     # The winners against the defaults, interleaved: one run of each route per round.
     fp16 = "-cuda.precision=fp16"
