@@ -7,16 +7,30 @@
 #   mkdir -p /tmp/k && tar -C /tmp/k -xJf .device/kiln-device.tar.xz &&
 #     export LD_LIBRARY_PATH=/tmp/k/lib:/usr/local/cuda-13.0/targets/x86_64-linux/lib  # + NVRTC
 #   /tmp/k/bin/kiln_cuda_tests; /tmp/k/bin/kiln_conformance --backend cuda --data-dir /tmp/k/testdata ...
-# Usage: scripts/device-pack.sh [build folder, default build/]
+# Usage: scripts/device-pack.sh [--kiln-only] [build folder, default build/]
+#   --kiln-only  the kiln binary and its libraries alone (no tests, no test data): a smaller
+#                archive, leaving room in the device tool's 64 MiB carry for a tuning campaign's
+#                stores (bench/gpu/tune.py --resume)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+kiln_only=0
+if [[ "${1:-}" == "--kiln-only" ]]; then
+  kiln_only=1
+  shift
+fi
 build="${1:-$root/build}"
 out="$root/.device"
 stage="$out/stage"
 rm -rf "$stage"
 mkdir -p "$stage/bin" "$stage/lib" "$stage/testdata"
-ninja -C "$build" kiln_cli kiln_cuda_tests kiln_knob_tests kiln_conformance kiln_tune_tests sample_model >/dev/null
-for binary in kiln tests/kiln_cuda_tests tests/kiln_knob_tests tests/kiln_conformance tests/kiln_tune_tests; do
+binaries=(kiln tests/kiln_cuda_tests tests/kiln_knob_tests tests/kiln_conformance tests/kiln_tune_tests)
+if ((kiln_only)); then
+  binaries=(kiln)
+  ninja -C "$build" kiln_cli sample_model >/dev/null
+else
+  ninja -C "$build" kiln_cli kiln_cuda_tests kiln_knob_tests kiln_conformance kiln_tune_tests sample_model >/dev/null
+fi
+for binary in "${binaries[@]}"; do
   strip --strip-debug -o "$stage/bin/$(basename "$binary")" "$build/$binary"
 done
 # Every library the binaries resolve here, except those the GPU machine has its own of.
@@ -24,10 +38,12 @@ for binary in "$stage"/bin/*; do
   ldd "$binary" | awk '/=> \// {print $3}'
 done | sort -u | grep -v -E '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux[^/]*|libcudnn[^/]*|libcublas[^/]*|libcuda)\.so' |
   while read -r lib; do cp -L "$lib" "$stage/lib/"; done
-for suite in node pytorch-converted pytorch-operator simple; do
-  cp -r "/usr/share/libonnx-testdata/data/$suite" "$stage/testdata/"
-done
-cp "$root/tests/conformance/expected_failures.txt" "$stage/"
+if ((!kiln_only)); then
+  for suite in node pytorch-converted pytorch-operator simple; do
+    cp -r "/usr/share/libonnx-testdata/data/$suite" "$stage/testdata/"
+  done
+  cp "$root/tests/conformance/expected_failures.txt" "$stage/"
+fi
 # kiln_tune_tests finds kiln and the sample model where this build put them: link them there.
 mkdir -p "$stage/models"
 cp "$build/models/sample_cnn.onnx" "$stage/models/"
