@@ -81,6 +81,10 @@ TEST_F(KilnCli, InspectDescribesTheSampleModel) {
   EXPECT_NE(outcome.out.find("Conv                     4"), std::string::npos) << outcome.out;
   // 3*16*9+16 + 4*16 + 2*(16*16*9+16) + 16*32+32 + 32*10+10
   EXPECT_NE(outcome.out.find("parameters: 6026"), std::string::npos) << outcome.out;
+  // The roofline's counts: the classifier Gemm's 32 x 10 multiply-adds, every parameter's bytes.
+  EXPECT_NE(outcome.out.find("Gemm                   640 in 1 nodes"), std::string::npos)
+      << outcome.out;
+  EXPECT_NE(outcome.out.find("weight_bytes: 24104"), std::string::npos) << outcome.out;
 }
 
 TEST_F(KilnCli, RunSavesOutputsThatSumToOne) {

@@ -6,6 +6,7 @@
 #include "kiln/cli/commands.h"
 #include "kiln/engine/engine_file.h"
 #include "kiln/ir/printer.h"
+#include "kiln/ir/work.h"
 #include "kiln/onnx/import.h"
 
 namespace kiln::cli {
@@ -98,6 +99,20 @@ int runInspect(const InspectOptions& options) {
   std::printf("nodes: %zu\n", graph.nodes().size());
   for (const auto& [op, count] : histogram) std::printf("  %-24s %d\n", op.c_str(), count);
   std::printf("parameters: %lld\n", static_cast<long long>(graph.parameterCount()));
+  if (inferenceNote.empty()) {
+    // What a roofline divides by a machine's peaks (bench/gpu/roofline.py reads these lines).
+    const ir::GraphWork work = ir::countWork(graph);
+    std::printf("work (the ops as the file writes them, before kiln's passes):\n");
+    std::printf("  product_flops: %.6g\n", work.flops);
+    for (const auto& [op, opWork] : work.byOp) {
+      std::printf("    %-22s %.6g in %lld nodes\n", op.c_str(), opWork.flops,
+                  static_cast<long long>(opWork.nodes));
+    }
+    std::printf("  weight_bytes: %.6g\n", work.weightBytes);
+    std::printf("  io_bytes: %.6g\n", work.ioBytes);
+    std::printf("  minimum_bytes: %.6g\n", work.minimumBytes());
+    std::printf("  unfused_bytes: %.6g\n", work.unfusedBytes);
+  }
   if (!inferenceNote.empty()) {
     std::printf("shape inference failed: %s\n", inferenceNote.c_str());
   }
