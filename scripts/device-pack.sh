@@ -23,12 +23,12 @@ out="$root/.device"
 stage="$out/stage"
 rm -rf "$stage"
 mkdir -p "$stage/bin" "$stage/lib" "$stage/testdata"
-binaries=(kiln tests/kiln_cuda_tests tests/kiln_knob_tests tests/kiln_conformance tests/kiln_tune_tests)
+binaries=(kiln tests/kiln_cuda_tests tests/kiln_knob_tests tests/kiln_conformance tests/kiln_tune_tests tests/kiln_faulty)
 if ((kiln_only)); then
   binaries=(kiln)
   ninja -C "$build" kiln_cli sample_model >/dev/null
 else
-  ninja -C "$build" kiln_cli kiln_cuda_tests kiln_knob_tests kiln_conformance kiln_tune_tests sample_model >/dev/null
+  ninja -C "$build" kiln_cli kiln_cuda_tests kiln_knob_tests kiln_conformance kiln_tune_tests kiln_faulty sample_model >/dev/null
 fi
 for binary in "${binaries[@]}"; do
   strip --strip-debug -o "$stage/bin/$(basename "$binary")" "$build/$binary"
@@ -44,7 +44,8 @@ if ((!kiln_only)); then
   done
   cp "$root/tests/conformance/expected_failures.txt" "$stage/"
 fi
-# kiln_tune_tests finds kiln and the sample model where this build put them: link them there.
+# kiln_tune_tests finds kiln, kiln_faulty and the sample model where this build put them: link
+# them there (bench/gpu/checks.sh does).
 mkdir -p "$stage/models"
 cp "$build/models/sample_cnn.onnx" "$stage/models/"
 echo "$build" > "$stage/BUILD_DIR"

@@ -13,11 +13,12 @@ if [[ ! -x /tmp/k/bin/kiln_cuda_tests ]]; then
 fi
 export LD_LIBRARY_PATH=/tmp/k/lib:/usr/local/cuda-13.0/targets/x86_64-linux/lib
 build=$(cat /tmp/k/BUILD_DIR)
-mkdir -p "$build/models" && ln -sf /tmp/k/bin/kiln "$build/kiln" && cp /tmp/k/models/sample_cnn.onnx "$build/models/"
+mkdir -p "$build/models" "$build/tests" && ln -sf /tmp/k/bin/kiln "$build/kiln" &&
+  ln -sf /tmp/k/bin/kiln_faulty "$build/tests/kiln_faulty" && cp /tmp/k/models/sample_cnn.onnx "$build/models/"
 cp /tmp/k/COMMIT "$OUT/commit.txt"
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
 ldd /tmp/k/bin/kiln | grep 'not found' > "$OUT/ldd-missing.txt"
-for suite in kiln_cuda_tests kiln_knob_tests; do
+for suite in kiln_cuda_tests kiln_knob_tests kiln_tune_tests; do
   timeout 240 /tmp/k/bin/$suite > "$OUT/$suite.txt" 2>&1
   echo "$suite: exit $? $(grep -E '^\[  (PASSED|FAILED)  \] [0-9]+ test' "$OUT/$suite.txt" | tr '\n' ' ')"
 done

@@ -4,7 +4,7 @@
 //
 //   -test.fault=crash     SIGSEGV after the build
 //   -test.fault=hang      never finishes (the trial timeout must kill it)
-//   -test.fault=oom       allocates until the address-space limit refuses
+//   -test.fault=oom       allocates until the memory limit (RLIMIT_DATA) refuses
 //   -test.fault=noresult  exits 0 without writing its result
 //   -test.fault=wrong     reports outputs negated and shifted (accuracy must fail)
 //   -test.fault=nan       reports a NaN in the first output (accuracy must fail)
@@ -58,8 +58,8 @@ void afterBuild(const kiln::knobs::Route& route) {
   } else if (fault == "hang") {
     while (true) ::pause();
   } else if (fault == "oom") {
-    // Address space runs out at the limit whether or not the pages are touched; touching one
-    // byte a block keeps the allocations real without spending seconds in page faults.
+    // The data limit (private writable mappings) runs out whether or not the pages are touched;
+    // touching one byte a block keeps the allocations real without spending seconds in page faults.
     std::vector<std::unique_ptr<char[]>> hoard;
     volatile char sink = 0;
     while (true) {

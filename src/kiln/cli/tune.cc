@@ -201,9 +201,11 @@ Command addTuneCommand(CLI::App& app) {
                   "seconds one trial (build + run + timing) may take before it is killed")
       ->default_val(600)
       ->check(CLI::PositiveNumber);
-  sub->add_option("--trial-memory-limit", flags->trialMemoryMiB,
-                  "address-space limit of a trial process, MiB (default: 3/4 of physical memory; "
-                  "0: none)")
+  sub->add_option(
+         "--trial-memory-limit", flags->trialMemoryMiB,
+         "memory limit of a trial process (RLIMIT_DATA: heap, stacks, private mappings), MiB "
+         "(default: 3/4 of physical memory; "
+         "0: none)")
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--tuning-timeout", o.tuningTimeoutSeconds,
                   "seconds the whole run may take; it then stops cleanly (0: no limit)")

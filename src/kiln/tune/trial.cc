@@ -477,8 +477,12 @@ Result<ChildOutcome> runChild(const std::filesystem::path& executable,
     ::dup2(logFd, STDOUT_FILENO);
     ::dup2(logFd, STDERR_FILENO);
     if (limits.memoryBytes > 0) {
+      // RLIMIT_DATA (heap and private writable mappings, thread stacks among them) rather than
+      // RLIMIT_AS: the address space also holds every shared library's text, about 900 MiB of
+      // it in a CUDA build, so an address-space limit that fits on 2 cores failed OpenBLAS's
+      // thread start on 16 (2026-12-05, H100 machine, --trial-memory-limit 1024).
       const rlimit limit{limits.memoryBytes, limits.memoryBytes};
-      ::setrlimit(RLIMIT_AS, &limit);
+      ::setrlimit(RLIMIT_DATA, &limit);
     }
     ::execv(argv[0], argv.data());
     ::_exit(127);

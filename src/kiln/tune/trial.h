@@ -58,7 +58,7 @@ void setFaultInjector(FaultInjector injector);
 
 struct ChildLimits {
   double timeoutSeconds = 0;  // 0: none
-  uint64_t memoryBytes = 0;   // RLIMIT_AS of the child; 0: none
+  uint64_t memoryBytes = 0;   // RLIMIT_DATA of the child; 0: none
 };
 
 struct ChildOutcome {
