@@ -7,15 +7,22 @@
 #   mkdir -p /tmp/k && tar -C /tmp/k -xJf .device/kiln-device.tar.xz &&
 #     export LD_LIBRARY_PATH=/tmp/k/lib:/usr/local/cuda-13.0/targets/x86_64-linux/lib  # + NVRTC
 #   /tmp/k/bin/kiln_cuda_tests; /tmp/k/bin/kiln_conformance --backend cuda --data-dir /tmp/k/testdata ...
-# Usage: scripts/device-pack.sh [--kiln-only] [build folder, default build/]
+# Usage: scripts/device-pack.sh [--kiln-only|--tune] [build folder, default build/]
 #   --kiln-only  the kiln binary and its libraries alone (no tests, no test data): a smaller
 #                archive, leaving room in the device tool's 64 MiB carry for a tuning campaign's
 #                stores (bench/gpu/tune.py --resume)
+#   --tune       kiln with kiln_tune_tests and kiln_faulty (the tuner's tests, fault injection
+#                included) and no test data: a tuning campaign plus the tuner's tests in one call
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 kiln_only=0
+tune_only=0
 if [[ "${1:-}" == "--kiln-only" ]]; then
   kiln_only=1
+  shift
+elif [[ "${1:-}" == "--tune" ]]; then
+  kiln_only=1
+  tune_only=1
   shift
 fi
 build="${1:-$root/build}"
@@ -24,7 +31,10 @@ stage="$out/stage"
 rm -rf "$stage"
 mkdir -p "$stage/bin" "$stage/lib" "$stage/testdata"
 binaries=(kiln tests/kiln_cuda_tests tests/kiln_knob_tests tests/kiln_conformance tests/kiln_tune_tests tests/kiln_faulty)
-if ((kiln_only)); then
+if ((tune_only)); then
+  binaries=(kiln tests/kiln_tune_tests tests/kiln_faulty)
+  ninja -C "$build" kiln_cli kiln_tune_tests kiln_faulty sample_model >/dev/null
+elif ((kiln_only)); then
   binaries=(kiln)
   ninja -C "$build" kiln_cli sample_model >/dev/null
 else

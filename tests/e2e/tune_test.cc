@@ -2,6 +2,7 @@
 // way a trial can fail (through kiln_faulty's test.* knobs), kill -9 and SIGINT followed by
 // --continue, the tuning timeout, and caches that must be refused.
 #include <gtest/gtest.h>
+#include <pty.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -238,6 +239,112 @@ TEST_F(KilnTune, EveryFaultIsRecordedAndExcluded) {
   EXPECT_NE(outcome.out.find("winner: (default)"), std::string::npos) << outcome.out;
   EXPECT_NE(outcome.out.find("excluded -test.fault=hang: timeout"), std::string::npos)
       << outcome.out;
+}
+
+// --json-progress: stdout is one JSON event a line and nothing else, in an order a script can
+// follow, with the failures counted as they happen and the decision last.
+TEST_F(KilnTune, JsonProgressIsOneEventALine) {
+  Outcome outcome = faulty(fmt::format(
+      "tune {} --tune '-test.fault=[none|crash|wrong] -test.delay_a=[on|off]' --cache tune.db "
+      "--json-progress --trial-timeout 20 {}",
+      sample(), kQuickTiming));
+  ASSERT_EQ(outcome.exitCode, 0) << outcome.out << outcome.err;
+  std::vector<json> events;
+  std::istringstream stream(outcome.out);
+  for (std::string line; std::getline(stream, line);) {
+    json event = json::parse(line, nullptr, false);
+    ASSERT_FALSE(event.is_discarded()) << "not JSON: " << line;
+    ASSERT_TRUE(event.contains("event") && event.contains("elapsed_s")) << line;
+    events.push_back(event);
+  }
+  ASSERT_GE(events.size(), 9u) << outcome.out;
+  EXPECT_EQ(events.front()["event"], "start");
+  EXPECT_EQ(events.front()["search"], "fast");
+  EXPECT_EQ(events[1]["event"], "phase");
+  EXPECT_EQ(events[1]["routes"], 4);  // the default, crash, wrong, delay_a=off
+  std::vector<json> trials;
+  int starts = 0;
+  double lastElapsed = 0;
+  for (const json& e : events) {
+    EXPECT_GE(e["elapsed_s"].get<double>(), lastElapsed);
+    lastElapsed = e["elapsed_s"].get<double>();
+    starts += e["event"] == "trial_start";
+    if (e["event"] == "trial") trials.push_back(e);
+  }
+  EXPECT_EQ(starts, 4);
+  ASSERT_EQ(trials.size(), 4u) << outcome.out;
+  std::map<std::string, json> byRoute;
+  for (size_t i = 0; i < trials.size(); ++i) {
+    EXPECT_EQ(trials[i]["done"], i + 1);
+    EXPECT_EQ(trials[i]["total"], 4);
+    byRoute[trials[i]["route"]] = trials[i];
+  }
+  EXPECT_EQ(byRoute.at("-test.fault=crash")["status"], "crash");
+  EXPECT_NE(byRoute.at("-test.fault=crash")["message"].get<std::string>().find("SIGSEGV"),
+            std::string::npos);
+  EXPECT_EQ(byRoute.at("-test.fault=wrong")["status"], "accuracy-fail");
+  EXPECT_EQ(trials.back()["failures"], 2);
+  const json& off = byRoute.at("-test.delay_a=off");
+  EXPECT_EQ(off["status"], "ok");
+  EXPECT_GT(off["speedup"].get<double>(), 1.5);  // 4 ms a run less
+  ASSERT_EQ(off["interval_ms"].size(), 2u);
+  EXPECT_LE(off["interval_ms"][0].get<double>(), off["median_ms"].get<double>());
+  EXPECT_EQ(events.back()["event"], "done");
+  EXPECT_EQ(events.back()["exit_code"], 0);
+  EXPECT_EQ(events.back()["winner"], "-test.delay_a=off");
+}
+
+// Not a terminal: one line per trial, and a line every --progress-interval while a long trial
+// runs, saying which route it is on.
+TEST_F(KilnTune, PlainProgressSaysWhichRouteALongTrialIsOn) {
+  Outcome outcome =
+      kiln(fmt::format("tune {} --tune '-graph.layout=*' --warmUp 0 --iterations 5 "
+                       "--duration 1.5 --progress-interval 0.5",
+                       sample()));
+  ASSERT_EQ(outcome.exitCode, 0) << outcome.out << outcome.err;
+  EXPECT_NE(outcome.out.find("still measuring (default): 0:0"), std::string::npos) << outcome.out;
+  EXPECT_NE(outcome.out.find("still measuring -graph.layout=nchw"), std::string::npos)
+      << outcome.out;
+  EXPECT_NE(outcome.out.find("[phase 1 2/2] -graph.layout=nchw: ok"), std::string::npos)
+      << outcome.out;
+  EXPECT_EQ(outcome.out.find('\r'), std::string::npos);  // no terminal control in a file
+  Outcome quiet =
+      kiln(fmt::format("tune {} --tune '-graph.layout=*' --quiet {}", sample(), kQuickTiming));
+  ASSERT_EQ(quiet.exitCode, 0) << quiet.err;
+  EXPECT_EQ(quiet.out, "");
+}
+
+// On a terminal (a pseudo-terminal here) the live line is redrawn in place with the phase, the
+// counts, the time and the route being measured.
+TEST_F(KilnTune, TerminalProgressRedrawsALiveLine) {
+  int master = -1;
+  winsize size{.ws_row = 40, .ws_col = 200, .ws_xpixel = 0, .ws_ypixel = 0};
+  const std::string model = sample();
+  const pid_t pid = ::forkpty(&master, nullptr, nullptr, &size);
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (::chdir(dir_.c_str()) != 0) ::_exit(126);
+    ::execl(KILN_BINARY, KILN_BINARY, "tune", model.c_str(), "--tune", "-graph.layout=*",
+            "--warmUp", "0", "--iterations", "5", "--duration", "1.5", nullptr);
+    ::_exit(127);
+  }
+  std::string screen;
+  char buffer[4096];
+  for (;;) {
+    const ssize_t n = ::read(master, buffer, sizeof buffer);
+    if (n <= 0) break;  // EIO once the child has exited
+    screen.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(master);
+  ASSERT_EQ(waitFor(pid), 0) << screen;
+  EXPECT_NE(screen.find("\r\033[Kphase 1 1/2 | 0:0"), std::string::npos) << screen;
+  EXPECT_NE(screen.find("on (default)"), std::string::npos) << screen;
+  // After the first trial: its time is known, so the second's line estimates what is left.
+  static const std::regex kSecond(
+      R"(phase 1 2/2 \| 0:0[0-9] elapsed, ~0:0[0-9] left in phase 1 \| 0 failed \| best: the )"
+      R"(default so far \| 0:0[0-9] on -graph\.layout=nchw)");
+  EXPECT_TRUE(std::regex_search(screen, kSecond)) << screen;
+  EXPECT_NE(screen.find("[phase 1 2/2] -graph.layout=nchw: ok"), std::string::npos) << screen;
 }
 
 TEST_F(KilnTune, BuildErrorsAreRecordedAndTheRunGoesOn) {

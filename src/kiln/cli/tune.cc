@@ -233,6 +233,15 @@ Command addTuneCommand(CLI::App& app) {
                   "cuda: the timing cache every trial reads and extends (default: one in the "
                   "run's work folder, shared by this run's routes)");
   sub->add_flag("--quiet", o.quiet, "print nothing but errors");
+  sub->add_flag("--json-progress", o.jsonProgress,
+                "write progress as one JSON object a line on stdout (events start, phase, "
+                "trial_start, trial, control, phase_two_plan, finalists, comparison, warning, "
+                "stopped, done) and nothing else");
+  sub->add_option("--progress-interval", o.progressIntervalSeconds,
+                  "when stdout is not a terminal: seconds between the lines saying which route "
+                  "a long trial is still measuring")
+      ->default_val(30)
+      ->check(CLI::PositiveNumber);
   sub->footer(
       "Exit codes: 0 a winner was chosen (possibly the default route), 1 bad input or no "
       "eligible route, 2 bad command line, 3 internal error, 130 stopped by a signal (resumable "

@@ -60,6 +60,8 @@ struct TuneOptions {
   double tuningTimeoutSeconds = 0;  // 0: none
   std::string commandLine;
   bool quiet = false;
+  bool jsonProgress = false;            // one JSON event a line on stdout, and nothing else
+  double progressIntervalSeconds = 30;  // plain output: a line this often during one trial
 
   nlohmann::json studyJson() const;
   // Restores the study fields from studyJson(), keeping this object's run fields.
