@@ -15,6 +15,7 @@ packages=(
   libdnnl-dev                         # oneDNN tactic source
   libsqlite3-dev                      # the tuner's result store
   libgtest-dev libgmock-dev           # unit tests
+  chromium poppler-utils              # the HTML report's test renders it and reads the page
 )
 
 missing=()

@@ -347,6 +347,75 @@ TEST_F(KilnTune, TerminalProgressRedrawsALiveLine) {
   EXPECT_NE(screen.find("[phase 1 2/2] -graph.layout=nchw: ok"), std::string::npos) << screen;
 }
 
+// --report report.html: one self-contained page (no script, nothing fetched), rendered by a real
+// browser: headless Chromium parses it (its DOM keeps every chart element where it was written)
+// and prints it, and the printed page's text shows the decision, the charts' labels and the
+// failures.
+TEST_F(KilnTune, HtmlReportRendersInChromium) {
+  Outcome outcome = faulty(fmt::format(
+      "tune {} --tune '-test.fault=[none|crash|wrong] -test.delay_a=[on|off]' --report report.html "
+      "--trial-timeout 20 --quiet {}",
+      sample(), kQuickTiming));
+  ASSERT_EQ(outcome.exitCode, 0) << outcome.out << outcome.err;
+  const std::string html = kiln::readFileBytes(dir_ / "report.html").value();
+  ASSERT_TRUE(html.starts_with("<!DOCTYPE html>")) << html.substr(0, 200);
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  EXPECT_EQ(html.find("src="), std::string::npos);
+  EXPECT_EQ(html.find("href="), std::string::npos);
+  EXPECT_EQ(html.find("url("), std::string::npos);
+  // The only address is SVG's namespace name, which is never fetched.
+  size_t addresses = 0;
+  for (size_t at = html.find("http"); at != std::string::npos; at = html.find("http", at + 1)) {
+    EXPECT_EQ(html.compare(at, 26, "http://www.w3.org/2000/svg"), 0) << html.substr(at, 60);
+    ++addresses;
+  }
+  EXPECT_EQ(addresses, 3u);  // one per chart
+
+  const char* browser = nullptr;
+  for (const char* candidate : {"/usr/bin/chromium", "/usr/bin/chromium-browser"}) {
+    if (fs::exists(candidate)) browser = candidate;
+  }
+  ASSERT_NE(browser, nullptr)
+      << "headless Chromium is needed to check the HTML report: apt-get install chromium "
+         "poppler-utils (scripts/setup.sh installs them)";
+  const std::string flags = fmt::format(
+      "--headless --no-sandbox --disable-gpu --no-pdf-header-footer --user-data-dir='{}'",
+      (dir_ / "chromium-profile").string());
+  const std::string page = "file://" + (dir_ / "report.html").string();
+  Outcome dom =
+      run("/usr/bin/timeout", fmt::format("120 {} {} --dump-dom '{}'", browser, flags, page));
+  ASSERT_EQ(dom.exitCode, 0) << dom.err;
+  auto count = [](const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  // Three routes were timed (the crash never ran): a median dot each in the route chart, a point
+  // each in the loss chart.
+  EXPECT_EQ(count(dom.out, "<circle class=\"median\""), 3u) << dom.out;
+  EXPECT_EQ(count(dom.out, "<g class=\"point "), 3u) << dom.out;
+  EXPECT_EQ(count(dom.out, "<g class=\"route ok default\">"), 1u);
+  EXPECT_EQ(count(dom.out, "<g class=\"route ok winner\">"), 1u);
+  EXPECT_EQ(count(dom.out, "<g class=\"route fail\">"), 1u);  // wrong: timed, then excluded
+  EXPECT_EQ(count(dom.out, "<line class=\"threshold\""), 1u);
+  EXPECT_EQ(count(dom.out, "<g class=\"effect gain\"><title>-test.delay_a=off</title>"), 1u)
+      << dom.out;
+  EXPECT_EQ(count(dom.out, "<g class=\"effect fail\">"), 2u);  // crash and wrong
+
+  Outcome print = run("/usr/bin/timeout", fmt::format("120 {} {} --print-to-pdf='{}' '{}'", browser,
+                                                      flags, (dir_ / "report.pdf").string(), page));
+  ASSERT_EQ(print.exitCode, 0) << print.err;
+  Outcome text = run("/usr/bin/pdftotext", fmt::format("'{}' -", (dir_ / "report.pdf").string()));
+  ASSERT_EQ(text.exitCode, 0) << text.err << " (pdftotext is in Debian's poppler-utils)";
+  for (const char* visible :
+       {"Winner: -test.delay_a=off", "Why it won: the fastest of", "Target fingerprint",
+        "median ms, with its 95% interval", "-test.fault=wrong [accuracy-fail]",
+        "-test.delay_a=off [winner]", "threshold 1e-05", "worst loss (cos)", "test.delay_a=off",
+        "Failures", "SIGSEGV", "exceeds the threshold"}) {
+    EXPECT_NE(text.out.find(visible), std::string::npos) << visible << "\n" << text.out;
+  }
+}
+
 TEST_F(KilnTune, BuildErrorsAreRecordedAndTheRunGoesOn) {
   Outcome outcome = kiln(fmt::format(
       "tune {} --tune '-fusion.conv_act@no_such_node=[on|off] -graph.layout=*' --cache tune.db {}",

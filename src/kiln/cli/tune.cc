@@ -227,7 +227,9 @@ Command addTuneCommand(CLI::App& app) {
   sub->add_option("--saveEngine", o.saveEngine,
                   "write the winning engine here, with NAME.manifest.json and NAME.report.md "
                   "beside it");
-  sub->add_option("--report", o.report, "write the Markdown report here");
+  sub->add_option("--report", o.report,
+                  "write the report here: one self-contained HTML page with charts when the name "
+                  "ends in .html, Markdown otherwise");
   sub->add_option("--save-all-engines", o.saveAllEngines, "keep every candidate's engine here");
   sub->add_option("--timingCacheFile", o.timingCacheFile,
                   "cuda: the timing cache every trial reads and extends (default: one in the "

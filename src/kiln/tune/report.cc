@@ -14,10 +14,6 @@ namespace kiln::tune {
 
 using json = nlohmann::json;
 
-namespace {
-
-// A route expression as one line of its tokens: a --tune-file's comments and line breaks left
-// out, so that it reads as one Markdown code span.
 std::string expressionTokens(const std::string& expression) {
   std::string tokens;
   std::istringstream lines(expression);
@@ -31,7 +27,7 @@ std::string expressionTokens(const std::string& expression) {
 
 std::string shown(const std::string& route) { return route.empty() ? "(default)" : route; }
 
-const TrialRecord* find(const ReportInput& input, const std::string& route) {
+const TrialRecord* findRoute(const ReportInput& input, const std::string& route) {
   for (const auto& record : *input.records) {
     if (record.route == route) return &record;
   }
@@ -45,6 +41,8 @@ double worstLoss(const TrialRecord& record) {
   }
   return worst;
 }
+
+namespace {
 
 // Markdown table cells may not hold '|' or newlines.
 std::string cell(std::string text) {
@@ -108,7 +106,7 @@ std::string summaryText(const ReportInput& input) {
     text += "no winner: " + d.reason + "\n";
     return text;
   }
-  const TrialRecord* winner = find(input, *d.winner);
+  const TrialRecord* winner = findRoute(input, *d.winner);
   text += fmt::format("winner: {}{}{}\n", shown(*d.winner),
                       d.defaultWon() ? " (the default route)" : "",
                       d.provisional ? " (provisional)" : "");
@@ -188,7 +186,7 @@ std::string markdownReport(const ReportInput& input) {
   }
   for (const auto& note : d.notes) md += "Note: " + note + ".\n\n";
 
-  const TrialRecord* base = find(input, d.baseline);
+  const TrialRecord* base = findRoute(input, d.baseline);
   const bool baseOk = base && base->status == TrialStatus::kOk && base->timing;
   md += "## Routes\n\n";
   md +=

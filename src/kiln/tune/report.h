@@ -50,6 +50,19 @@ std::string summaryText(const ReportInput& input);
 // The whole report as Markdown.
 std::string markdownReport(const ReportInput& input);
 
+// The whole report as one self-contained HTML page (no script, no network; charts as inline
+// SVG): settings and target, the decision, every route's median with its interval, accuracy
+// loss against speed with the threshold, the effect of each knob changed alone, the failures,
+// and the finalist round. `--report` picks it for a file name ending in .html or .htm.
+std::string htmlReport(const ReportInput& input);
+bool isHtmlReportPath(const std::string& path);
+
+// Shared by the reports.
+std::string expressionTokens(const std::string& expression);  // a --tune-file's tokens, one line
+std::string shown(const std::string& route);                  // "" is "(default)"
+const TrialRecord* findRoute(const ReportInput& input, const std::string& route);
+double worstLoss(const TrialRecord& record);  // over the outputs; NaN if any is NaN
+
 // What a deployment needs to trust the winning engine (the caller adds the engine file entry).
 nlohmann::json manifestJson(const ReportInput& input, const TrialRecord& winner,
                             const TrialRecord* baseline, const nlohmann::json& versions,

@@ -1357,7 +1357,9 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
     reportPath = fs::path(options.saveEngine).replace_extension(".report.md");
   }
   if (!reportPath.empty()) {
-    KILN_RETURN_IF_ERROR(writeFileAtomically(reportPath, markdownReport(report)));
+    KILN_RETURN_IF_ERROR(writeFileAtomically(reportPath, isHtmlReportPath(reportPath.string())
+                                                             ? htmlReport(report)
+                                                             : markdownReport(report)));
     say("wrote the report to {}\n", reportPath.string());
   }
   if (!options.saveAllEngines.empty()) {
