@@ -306,6 +306,32 @@ TEST(TuneSearch, TwoSignificantKnobsCombineIntoTheOneNewRoute) {
             (std::vector<std::string>{"fusion.conv_act=[on|off]", "cpu.conv.algo=[auto|im2col]"}));
 }
 
+TEST(TuneSearch, GainsBelowTheMinimumAreNamedAndNotCombined) {
+  // graph.layout's 1% is significant at this noise, but below a 2% minimum: the product is
+  // over the two large gains, and the note names the small one.
+  const knobs::RouteExpression expression =
+      parse("-fusion.conv_act=[on|off] -cpu.conv.algo=[auto|im2col] -graph.layout=[nhwc|nchw]");
+  const auto records =
+      numbered({okRecord("", kBase), okRecord("-fusion.conv_act=off", kGain),
+                okRecord("-cpu.conv.algo=im2col", 9.0), okRecord("-graph.layout=nchw", 9.9)});
+  ASSERT_TRUE(significantlyFaster(*records[3].timing, *records[0].timing));
+  const SecondPhase plan = planSecondPhase(expression, records, 0.0, 0.02);
+  EXPECT_EQ(plan.routes, (std::vector<std::string>{"-cpu.conv.algo=im2col -fusion.conv_act=off"}));
+  EXPECT_EQ(plan.knobs,
+            (std::vector<std::string>{"fusion.conv_act=[on|off]", "cpu.conv.algo=[auto|im2col]"}));
+  EXPECT_EQ(plan.note,
+            "1 significant gain below the 2.00% minimum left out: graph.layout=nchw (1.00%)");
+  // No minimum: all three combine (2 x 2 x 2, less the four routes phase one measured).
+  EXPECT_EQ(planSecondPhase(expression, records, 0.0, 0.0).routes.size(), 4u);
+  // Only small gains: nothing to combine, and the note says why.
+  const auto smallOnly = numbered({okRecord("", kBase), okRecord("-graph.layout=nchw", 9.9)});
+  const SecondPhase none = planSecondPhase(expression, smallOnly, 0.0, 0.02);
+  EXPECT_TRUE(none.routes.empty());
+  EXPECT_EQ(none.note,
+            "no knob's one-off change was a significant gain of at least 2.00%; 1 significant "
+            "gain below the 2.00% minimum left out: graph.layout=nchw (1.00%)");
+}
+
 TEST(TuneSearch, SecondPhaseKeepsThePinnedSettings) {
   const knobs::RouteExpression expression =
       parse("-cpu.threads=1 -graph.layout=[nchw|nhwc] -cpu.gemm.kc=[256|512]");

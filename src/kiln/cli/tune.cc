@@ -59,6 +59,7 @@ Status prepare(TuneFlags& flags, const CLI::App& sub) {
                               "--iterations",
                               "--duration",
                               "--finalists",
+                              "--mixed-min-gain",
                               "--saveEngine",
                               "--report",
                               "--save-all-engines",
@@ -220,6 +221,13 @@ Command addTuneCommand(CLI::App& app) {
   sub->add_option("--duration", o.timing.minSeconds, "minimum timed seconds per trial")
       ->default_val(1.0)
       ->check(CLI::NonNegativeNumber);
+  sub->add_option_function<double>(
+         "--mixed-min-gain", [&o](double percent) { o.mixedMinGain = percent / 100; },
+         "mixed: the smallest one-off gain, in percent of the default's time, that phase two "
+         "combines (a significant gain below it is reported and left out; 0 combines every "
+         "significant gain)")
+      ->default_str("0.5")
+      ->check(CLI::Range(0.0, 99.0));
   sub->add_option("--finalists", o.finalists,
                   "routes re-measured interleaved with the default before a winner is declared")
       ->default_val(3)

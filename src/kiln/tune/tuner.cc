@@ -99,6 +99,7 @@ json TuneOptions::studyJson() const {
       {"accuracy", accuracyJson(accuracy)},
       {"timing", timingSettingsJson(timing)},
       {"finalists", finalists},
+      {"mixed_min_gain", mixedMinGain},
       {"final_timing", timingSettingsJson(finalTiming)},
       {"save_engine", saveEngine.empty() ? "" : fs::absolute(saveEngine).string()},
       {"report", report.empty() ? "" : fs::absolute(report).string()},
@@ -126,6 +127,8 @@ Status TuneOptions::restoreStudy(const json& study) {
     accuracy.perOutput = a.at("per_output").get<std::map<std::string, double>>();
     timing = timingSettingsFrom(study.at("timing"));
     finalists = study.at("finalists").get<int>();
+    // Stores from before the minimum gain combined every significant gain.
+    mixedMinGain = study.value("mixed_min_gain", 0.0);
     finalTiming = timingSettingsFrom(study.at("final_timing"));
     saveEngine = study.at("save_engine").get<std::string>();
     report = study.at("report").get<std::string>();
@@ -572,8 +575,9 @@ bool eligible(const TrialRecord* record) {
 }  // namespace
 
 SecondPhase planSecondPhase(const knobs::RouteExpression& expression,
-                            const std::vector<TrialRecord>& records, double drift) {
+                            const std::vector<TrialRecord>& records, double drift, double minGain) {
   SecondPhase plan;
+  std::vector<std::string> small;  // significant, but below minGain
   const TrialRecord* base = findRecord(records, expression.pinned.canonicalText());
   if (!eligible(base)) {
     plan.note = "the default route is not eligible, so no gain over it can be significant";
@@ -588,7 +592,12 @@ SecondPhase planSecondPhase(const knobs::RouteExpression& expression,
       const std::string route = knobs::withSetting(expression.pinned, axis, value).canonicalText();
       const TrialRecord* record = findRecord(records, route);
       if (eligible(record) && significantlyFaster(*record->timing, *base->timing, drift)) {
-        gains.push_back(value);
+        const double gain = 1 - record->timing->summary.median / base->timing->summary.median;
+        if (gain >= minGain) {
+          gains.push_back(value);
+        } else {
+          small.push_back(fmt::format("{}={} ({:.2f}%)", axis.label(), value, 100 * gain));
+        }
       }
     }
     if (!gains.empty()) {
@@ -617,6 +626,12 @@ SecondPhase planSecondPhase(const knobs::RouteExpression& expression,
     plan.note = selected.empty() ? "no knob's one-off change was a significant gain"
                                  : "only one knob's change was a significant gain, so there is "
                                    "nothing to combine";
+    if (!small.empty()) plan.note += fmt::format(" of at least {:.2f}%", 100 * minGain);
+  }
+  if (!small.empty()) {
+    plan.note += fmt::format("{}{} significant gain{} below the {:.2f}% minimum left out: {}",
+                             plan.note.empty() ? "" : "; ", small.size(),
+                             small.size() == 1 ? "" : "s", 100 * minGain, fmt::join(small, ", "));
   }
   return plan;
 }
@@ -1176,7 +1191,7 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
 
   SecondPhase second;
   if (options.search == SearchMode::kMixed && !interrupted && !outOfTime) {
-    second = planSecondPhase(study.expression, records, drift);
+    second = planSecondPhase(study.expression, records, drift, options.mixedMinGain);
     say("phase two: {} routes over {}{}\n", second.routes.size(),
         second.knobs.empty() ? "no knobs" : fmt::format("{}", fmt::join(second.knobs, " ")),
         second.note.empty() ? "" : " (" + second.note + ")");

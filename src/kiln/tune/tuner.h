@@ -43,6 +43,9 @@ struct TuneOptions {
   AccuracySettings accuracy;
   TimingSettings timing;
   int finalists = 3;  // routes re-measured interleaved with the default
+  // mixed: a knob value's one-off gain must be significant and at least this (a fraction of the
+  // default's median) to be combined in phase two.
+  double mixedMinGain = 0.005;
   TimingSettings finalTiming{.warmUpMs = 100, .minIterations = 30, .minSeconds = 1.0};
   std::filesystem::path saveEngine;      // the winner's engine (+ .manifest.json beside it)
   std::filesystem::path report;          // Markdown report ("" : beside saveEngine, if given)
@@ -96,7 +99,11 @@ struct SecondPhase {
   std::string note;                 // why nothing (or little) is combined
 };
 // `drift`: the default route's relative drift between trials (see significantlyFaster).
+// `minGain`: the smallest one-off gain (0.005: 0.5% less time than the default) that enters the
+// product; a significant gain below it is named in the note and left out, since each knob
+// multiplies the phase's size and gains that small seldom add up to one worth deploying.
 SecondPhase planSecondPhase(const knobs::RouteExpression& expression,
-                            const std::vector<TrialRecord>& records, double drift = 0.0);
+                            const std::vector<TrialRecord>& records, double drift = 0.0,
+                            double minGain = 0.0);
 
 }  // namespace kiln::tune
