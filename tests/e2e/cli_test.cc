@@ -14,6 +14,8 @@
 #include "kiln/base/file.h"
 #include "kiln/ir/npy.h"
 
+#include <nlohmann/json.hpp>
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -355,6 +357,69 @@ TEST_F(KilnCli, BuildsInspectsAndRunsAnEngine) {
   // Model-only flags do not silently apply to an engine.
   expectUserError(kiln(fmt::format("run '{}' --route '-cpu.threads=1'", engine.string())),
                   "is an engine file: --shapes, --route");
+}
+
+// kiln explain: an engine against the default route built now, layer by layer, sorted by where
+// the time went; the same comparison as JSON; two engines of one route differ nowhere.
+TEST_F(KilnCli, ExplainShowsWhereTheTimeWentLayerByLayer) {
+  const fs::path engine = dir_ / "nchw.kiln";
+  ASSERT_EQ(kiln(fmt::format("build '{}' --route '-graph.layout=nchw -fusion.conv_act=off' "
+                             "--saveEngine '{}'",
+                             KILN_SAMPLE_MODEL, engine.string()))
+                .exitCode,
+            0);
+  Outcome text = kiln(fmt::format("explain '{}' --model '{}' --duration 0.2 --warmUp 0",
+                                  engine.string(), KILN_SAMPLE_MODEL));
+  ASSERT_EQ(text.exitCode, 0) << text.err;
+  for (const char* expected :
+       {"A: ", "(route -fusion.conv_act=off -graph.layout=nchw)",
+        "B: the default route, built now from", "output probs: cosine distance between A and B",
+        "total: A median", "* stem.conv", "A: ", " nchw fp32", "B: ", " nhwc fp32",
+        "(no such layer)"}) {
+    EXPECT_NE(text.out.find(expected), std::string::npos) << expected << "\n" << text.out;
+  }
+
+  Outcome asJson = kiln(fmt::format("explain '{}' --model '{}' --duration 0.2 --warmUp 0 --json",
+                                    engine.string(), KILN_SAMPLE_MODEL));
+  ASSERT_EQ(asJson.exitCode, 0) << asJson.err;
+  const auto j = nlohmann::json::parse(asJson.out);
+  EXPECT_EQ(j["a"]["route"], "-fusion.conv_act=off -graph.layout=nchw");
+  EXPECT_EQ(j["b"]["route"], "");
+  EXPECT_LT(j["outputs_cos_distance"]["probs"].get<double>(), 1e-6);
+  EXPECT_GE(j["runs"].get<int>(), 20);
+  ASSERT_GE(j["layers"].size(), 8u);
+  double previous = 1e300;
+  int unfusedRelus = 0, differing = 0;
+  for (const auto& layer : j["layers"]) {
+    const double gap = std::abs(layer["a_ms"].get<double>() - layer["b_ms"].get<double>());
+    EXPECT_LE(gap, previous) << layer.dump();  // sorted by where the time went
+    previous = gap;
+    differing += layer["differs"].get<bool>();
+    // conv_act=off leaves the ReLUs as layers of their own in A; the default fuses them.
+    if (layer["op"] == "Relu" && layer.contains("a") && !layer.contains("b")) ++unfusedRelus;
+  }
+  EXPECT_GE(unfusedRelus, 2);
+  EXPECT_GE(differing, 4);  // every convolution's layout
+
+  // The same route twice: nothing differs.
+  const fs::path twin = dir_ / "twin.kiln";
+  ASSERT_EQ(kiln(fmt::format("build '{}' --route '-graph.layout=nchw -fusion.conv_act=off' "
+                             "--saveEngine '{}'",
+                             KILN_SAMPLE_MODEL, twin.string()))
+                .exitCode,
+            0);
+  Outcome same = kiln(fmt::format("explain '{}' --against '{}' --duration 0.1 --warmUp 0 --json",
+                                  engine.string(), twin.string()));
+  ASSERT_EQ(same.exitCode, 0) << same.err;
+  for (const auto& layer : nlohmann::json::parse(same.out)["layers"]) {
+    EXPECT_FALSE(layer["differs"].get<bool>()) << layer.dump();
+  }
+
+  // What it needs, named.
+  expectUserError(kiln(fmt::format("explain '{}'", engine.string())), "give --model model.onnx");
+  expectUserError(kiln(fmt::format("explain '{}' --model '{}'", engine.string(),
+                                   model("dynamic_dim").string())),
+                  "is not the model");
 }
 
 TEST_F(KilnCli, RefusesATamperedEngine) {

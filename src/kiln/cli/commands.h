@@ -27,6 +27,7 @@ Command addKnobsCommand(CLI::App& app);
 Command addTuneCommand(CLI::App& app);
 Command addTrialCommand(CLI::App& app);
 Command addCacheCommand(CLI::App& app);
+Command addExplainCommand(CLI::App& app);
 
 // The command line as the user typed it (set by main), recorded in tuning caches.
 const std::string& commandLine();
