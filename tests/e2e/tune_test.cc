@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <regex>
 #include <set>
@@ -414,6 +415,93 @@ TEST_F(KilnTune, HtmlReportRendersInChromium) {
         "Failures", "SIGSEGV", "exceeds the threshold"}) {
     EXPECT_NE(text.out.find(visible), std::string::npos) << visible << "\n" << text.out;
   }
+}
+
+// kiln verify on a tuned engine's manifest: it still wins and passes; then each way it can stop
+// holding (the default caught up, a stricter threshold, another model) says RE-TUNE with exit 4,
+// a software change is reported without overturning a measurement that still holds, and a
+// missing engine or a file that is not a manifest cannot be verified (exit 1).
+TEST_F(KilnTune, VerifySaysWhetherTheTunedEngineStillHolds) {
+  const fs::path model = dir_ / "m.onnx";
+  fs::copy_file(sample(), model);
+  Outcome tuned = faulty(fmt::format(
+      "tune m.onnx --tune '-test.delay_a=[on|off] -graph.layout=*' --saveEngine best.kiln "
+      "--cache t.db --quiet {}",
+      kQuickTiming));
+  ASSERT_EQ(tuned.exitCode, 0) << tuned.out << tuned.err;
+  const fs::path manifestPath = dir_ / "best.manifest.json";
+  const json manifest = json::parse(kiln::readFileBytes(manifestPath).value());
+  ASSERT_EQ(manifest["route"], "-test.delay_a=off");
+  const std::string verify = "verify best.manifest.json --duration 0.2 --warmUp 0";
+
+  Outcome holds = faulty(verify);
+  EXPECT_EQ(holds.exitCode, 0) << holds.out << holds.err;
+  for (const char* line :
+       {"  ok        model ", "  ok        engine ", "  ok        target ", "  ok        versions ",
+        "  ok        data set 0   inputs seeded (0), references generated again",
+        "  ok        accuracy     probs cos", "  ok        speed        1.",
+        "OK: the tuned engine still wins"}) {
+    EXPECT_NE(holds.out.find(line), std::string::npos) << line << "\n" << holds.out;
+  }
+  Outcome asJson = faulty(verify + " --json");
+  ASSERT_EQ(asJson.exitCode, 0) << asJson.err;
+  const json report = json::parse(asJson.out);
+  EXPECT_EQ(report["exit_code"], 0);
+  EXPECT_TRUE(report["speed"]["significant"].get<bool>());
+  EXPECT_GT(report["speed"]["speedup"].get<double>(), 1.5);  // 4 ms a run less
+  for (const auto& check : report["checks"]) EXPECT_EQ(check["state"], "ok") << check.dump();
+
+  auto rewrite = [&](const std::function<void(json&)>& change) {
+    json edited = manifest;
+    change(edited);
+    ASSERT_TRUE(kiln::writeFileAtomically(manifestPath, edited.dump(1)).isOk());
+  };
+  // Another OpenBLAS than the tuning run's: said, and the measurement still decides.
+  rewrite([](json& m) { m["versions"]["openblas"] = "OpenBLAS 0.0.1"; });
+  Outcome upgraded = faulty(verify);
+  EXPECT_EQ(upgraded.exitCode, 0) << upgraded.out;
+  EXPECT_NE(upgraded.out.find("  changed   versions     openblas: \"OpenBLAS 0.0.1\" then, "),
+            std::string::npos)
+      << upgraded.out;
+  EXPECT_NE(upgraded.out.find("although the machine or the software changed"), std::string::npos);
+
+  // The default route caught up (as after an upgrade that sped it up): no longer a win.
+  rewrite([](json& m) { m["default_route"] = "-test.delay_a=off"; });
+  Outcome caughtUp = faulty(verify);
+  EXPECT_EQ(caughtUp.exitCode, 4) << caughtUp.out;
+  EXPECT_NE(caughtUp.out.find("  regressed speed "), std::string::npos) << caughtUp.out;
+  EXPECT_NE(caughtUp.out.find("RE-TUNE: the tuned engine no longer holds"), std::string::npos);
+  EXPECT_NE(caughtUp.out.find("Re-tune with a new --cache: "), std::string::npos);
+
+  // A stricter accuracy requirement than the engine meets.
+  rewrite([](json& m) { m["accuracy"]["threshold"] = 1e-30; });
+  Outcome strict = faulty(verify);
+  EXPECT_EQ(strict.exitCode, 4) << strict.out;
+  EXPECT_NE(strict.out.find("  regressed accuracy     probs cos"), std::string::npos) << strict.out;
+  EXPECT_NE(strict.out.find("exceeds 1e-30"), std::string::npos) << strict.out;
+
+  // The model changed under the engine.
+  rewrite([](json&) {});
+  const std::string original = kiln::readFileBytes(model).value();
+  ASSERT_TRUE(kiln::writeFileAtomically(model, original + std::string(1, '\0')).isOk());
+  Outcome otherModel = faulty(verify);
+  EXPECT_EQ(otherModel.exitCode, 4) << otherModel.out;
+  EXPECT_NE(otherModel.out.find("changed since the tuning run"), std::string::npos)
+      << otherModel.out;
+  ASSERT_TRUE(kiln::writeFileAtomically(model, original).isOk());
+
+  // No engine: nothing can be said about it.
+  fs::rename(dir_ / "best.kiln", dir_ / "moved.kiln");
+  Outcome noEngine = faulty(verify);
+  EXPECT_EQ(noEngine.exitCode, 1) << noEngine.out;
+  EXPECT_NE(noEngine.out.find("  missing   engine "), std::string::npos) << noEngine.out;
+  EXPECT_NE(noEngine.out.find("CANNOT VERIFY"), std::string::npos) << noEngine.out;
+
+  ASSERT_TRUE(kiln::writeFileAtomically(manifestPath, "{}").isOk());
+  Outcome notManifest = faulty(verify);
+  EXPECT_EQ(notManifest.exitCode, 1);
+  EXPECT_NE(notManifest.err.find("is not a kiln tuning manifest"), std::string::npos)
+      << notManifest.err;
 }
 
 TEST_F(KilnTune, BuildErrorsAreRecordedAndTheRunGoesOn) {

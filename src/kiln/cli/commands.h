@@ -28,6 +28,7 @@ Command addTuneCommand(CLI::App& app);
 Command addTrialCommand(CLI::App& app);
 Command addCacheCommand(CLI::App& app);
 Command addExplainCommand(CLI::App& app);
+Command addVerifyCommand(CLI::App& app);
 
 // The command line as the user typed it (set by main), recorded in tuning caches.
 const std::string& commandLine();

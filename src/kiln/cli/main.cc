@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   commands.push_back(kiln::cli::addTrialCommand(app));
   commands.push_back(kiln::cli::addCacheCommand(app));
   commands.push_back(kiln::cli::addExplainCommand(app));
+  commands.push_back(kiln::cli::addVerifyCommand(app));
   kiln::cli::setCommandLine(argc, argv);
   CLI11_PARSE(app, argc, argv);
   for (const auto& command : commands) {

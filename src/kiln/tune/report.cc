@@ -262,6 +262,7 @@ json manifestJson(const ReportInput& input, const TrialRecord& winner, const Tri
         {"atol", o.accuracy.atol},
         {"rtol", o.accuracy.rtol}}},
       {"search", {{"mode", searchModeName(o.search)}, {"expression", o.expression}}},
+      {"command_line", header("command_line")},
       {"versions", versions},
       {"target", target},
       {"route", winner.route},

@@ -52,12 +52,27 @@ Result<std::vector<ir::Tensor>> readInputSet(const std::filesystem::path& path,
   return inputs;
 }
 
-// Warm-up, then runs until both the minimum count and the minimum duration are reached.
-// One run of an engine, as timed (with the test builds' injected delay, if any).
-Status runOnce(const cpu::Plan& plan, const knobs::Route& route,
-               const std::vector<ir::Tensor>& inputs) {
+}  // namespace
+
+Status runAsTimed(const cpu::Plan& plan, const knobs::Route& route,
+                  const std::vector<ir::Tensor>& inputs) {
   if (faultInjector().beforeRun) faultInjector().beforeRun(route);
   return plan.run(inputs).status();
+}
+
+Result<std::vector<ir::Tensor>> runForOutputs(const cpu::Plan& plan, const knobs::Route& route,
+                                              const std::vector<ir::Tensor>& inputs) {
+  KILN_ASSIGN_OR_RETURN(std::vector<ir::Tensor> outputs, plan.run(inputs));
+  if (faultInjector().onOutputs) faultInjector().onOutputs(route, outputs);
+  return outputs;
+}
+
+namespace {
+
+// Warm-up, then runs until both the minimum count and the minimum duration are reached.
+Status runOnce(const cpu::Plan& plan, const knobs::Route& route,
+               const std::vector<ir::Tensor>& inputs) {
+  return runAsTimed(plan, route, inputs);
 }
 
 Result<std::vector<double>> timeRuns(const cpu::Plan& plan, const knobs::Route& route,

@@ -23,6 +23,10 @@
 #include "kiln/ir/tensor.h"
 #include "kiln/knobs/route.h"
 
+namespace kiln::cpu {
+class Plan;
+}
+
 namespace kiln::tune {
 
 // How long a child runs the model before and while timing it.
@@ -53,6 +57,14 @@ struct FaultInjector {
   std::function<void(const knobs::Route&)> beforeRun;
 };
 void setFaultInjector(FaultInjector injector);
+
+// One run of a CPU engine as a trial times it (with a test build's injected delay), and one run
+// for its outputs (with a test build's injected corruption): `kiln verify` measures and checks
+// an engine exactly as its trial did.
+Status runAsTimed(const cpu::Plan& plan, const knobs::Route& route,
+                  const std::vector<ir::Tensor>& inputs);
+Result<std::vector<ir::Tensor>> runForOutputs(const cpu::Plan& plan, const knobs::Route& route,
+                                              const std::vector<ir::Tensor>& inputs);
 
 // ---- the parent side ------------------------------------------------------------------------
 

@@ -168,6 +168,8 @@ std::string isoNow() {
 
 std::string displayRoute(const std::string& route) { return route.empty() ? "(default)" : route; }
 
+}  // namespace
+
 // What the chosen route's engine depends on: the machine and the software that built it. For
 // the GPU, the device and the driver and library versions its tactics were chosen under (this
 // process opens the device once to read them; the trials build and time in their own).
@@ -218,6 +220,8 @@ json versionsJson() {
   };
 }
 
+namespace {
+
 // Everything a run needs besides the store: the parsed study and its data, ready for trials.
 struct Study {
   TuneOptions options;
@@ -233,6 +237,8 @@ struct Study {
   json data;  // the header's description of the data
 };
 
+}  // namespace
+
 std::string hashOfSpec(const std::string& spec) {
   std::string joined;
   for (const std::string& file : ir::filesOfSpec(spec)) {
@@ -241,6 +247,8 @@ std::string hashOfSpec(const std::string& spec) {
   }
   return "fnv1a64:" + knobs::stableHash(joined);
 }
+
+namespace {
 
 // Writes the input sets and references into the work folder (fresh runs) and describes them.
 Status prepareData(Study& study, const ir::Graph& graph) {

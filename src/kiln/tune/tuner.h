@@ -79,6 +79,14 @@ inline constexpr uint64_t kDefaultTrialMemory = ~uint64_t{0};
 // Process exit codes of a tuning run beyond 0/1/2/3 (see cli/commands.h).
 inline constexpr int kTuneExitInterrupted = 130;
 
+// What an engine's choices depend on, for manifests and `kiln verify`: the backend's target
+// (the CPU's model and instruction sets, or the GPU, driver and libraries) and the versions of
+// kiln and the libraries it links.
+Result<nlohmann::json> targetFingerprint(const std::string& backend);
+nlohmann::json versionsJson();
+// The hash of a --loadInputs / --loadRefOutputs spec's files, as the store's data records it.
+std::string hashOfSpec(const std::string& spec);
+
 // Runs (or, with options.resume, continues) a tuning run; prints progress and the outcome to
 // stdout. `stop` is set by the caller's SIGINT/SIGTERM handler. Returns the process exit code;
 // user errors come back as a Status.
