@@ -390,6 +390,31 @@ Result<json> runInterleaveRequest(const json& request) {
 
 void setFaultInjector(FaultInjector injector) { faultInjector() = std::move(injector); }
 
+namespace {
+
+// --trial-memory-limit, applied by the trial process to itself once started: RLIMIT_DATA (heap
+// and private writable mappings, thread stacks among them) at what the process already holds
+// plus the limit. RLIMIT_AS counted every shared library's text (about 900 MiB in a CUDA build),
+// and a limit set before exec counted the libraries' start-up too: OpenBLAS starts a thread with
+// its buffers per core when it loads, so on the 16-core H100 machine kiln could not start under
+// 2 GiB of RLIMIT_DATA (2026-12-06) while 1 GiB fits on 2 cores. The limit is what the trial
+// itself may allocate, the same on every machine.
+Status limitMemory(uint64_t bytes) {
+  if (bytes == 0) return Status::ok();
+  std::ifstream status("/proc/self/status");
+  uint64_t dataKiB = 0;
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmData:", 0) == 0) dataKiB = std::stoull(line.substr(7));
+  }
+  const rlimit limit{dataKiB * 1024 + bytes, dataKiB * 1024 + bytes};
+  if (::setrlimit(RLIMIT_DATA, &limit) != 0) {
+    return ioError("cannot set the trial's memory limit: {}", std::strerror(errno));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 int runTrialRequest(const std::filesystem::path& requestPath) {
   json request;
   std::filesystem::path resultPath;
@@ -406,6 +431,10 @@ int runTrialRequest(const std::filesystem::path& requestPath) {
     return kTrialExitBadRequest;
   }
   try {
+    if (Status s = limitMemory(request.value("memory_limit_bytes", uint64_t{0})); !s.isOk()) {
+      std::fprintf(stderr, "kiln __trial: %s\n", s.message().c_str());
+      return kTrialExitBadRequest;
+    }
     const std::string mode = request.at("mode").get<std::string>();
     Result<json> result =
         mode == "interleave" ? runInterleaveRequest(request) : runBuildRequest(request);
@@ -491,14 +520,6 @@ Result<ChildOutcome> runChild(const std::filesystem::path& executable,
     if (nullFd >= 0) ::dup2(nullFd, STDIN_FILENO);
     ::dup2(logFd, STDOUT_FILENO);
     ::dup2(logFd, STDERR_FILENO);
-    if (limits.memoryBytes > 0) {
-      // RLIMIT_DATA (heap and private writable mappings, thread stacks among them) rather than
-      // RLIMIT_AS: the address space also holds every shared library's text, about 900 MiB of
-      // it in a CUDA build, so an address-space limit that fits on 2 cores failed OpenBLAS's
-      // thread start on 16 (2026-12-05, H100 machine, --trial-memory-limit 1024).
-      const rlimit limit{limits.memoryBytes, limits.memoryBytes};
-      ::setrlimit(RLIMIT_DATA, &limit);
-    }
     ::execv(argv[0], argv.data());
     ::_exit(127);
   }

@@ -1,6 +1,6 @@
 // Trials in child processes. The tuner never builds or runs a candidate route in its own
 // process: each trial is the `kiln` binary itself, started with the hidden `__trial`
-// subcommand, a request file and a result file, under a time limit and an address-space limit.
+// subcommand, a request file and a result file, under a time limit and a memory limit.
 // Whatever happens to the child (a crash, a hang, running out of memory, a build error, a result
 // that is missing or unreadable) becomes a recorded reason, and the tuning run goes on.
 //
@@ -70,7 +70,9 @@ Result<std::vector<ir::Tensor>> runForOutputs(const cpu::Plan& plan, const knobs
 
 struct ChildLimits {
   double timeoutSeconds = 0;  // 0: none
-  uint64_t memoryBytes = 0;   // RLIMIT_DATA of the child; 0: none
+  // --trial-memory-limit; 0: none. Not applied by runChild: the tuner passes it in the trial's
+  // request, and the trial limits itself above its start-up footprint (trial.cc limitMemory).
+  uint64_t memoryBytes = 0;
 };
 
 struct ChildOutcome {

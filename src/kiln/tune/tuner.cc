@@ -445,6 +445,7 @@ Result<TrialRun> runTrial(const Study& study, const std::string& route, int64_t 
                   {"outputs_dir", dir.string()},
                   {"timing", timingSettingsJson(study.options.timing)},
                   {"result", (dir / "result.json").string()},
+                  {"memory_limit_bytes", study.options.trialLimits.memoryBytes},
                   {"inputs", json::array()}};
   for (const fs::path& file : study.inputFiles) request["inputs"].push_back(file.string());
   KILN_RETURN_IF_ERROR(writeFileAtomically(dir / "request.json", request.dump(1)));
@@ -490,8 +491,10 @@ Result<TrialRun> runTrial(const Study& study, const std::string& route, int64_t 
     record.status = TrialStatus::kOom;
     record.message =
         study.options.trialLimits.memoryBytes
-            ? fmt::format("ran out of memory under the limit of {} MiB (--trial-memory-limit)",
-                          study.options.trialLimits.memoryBytes >> 20)
+            ? fmt::format(
+                  "ran out of memory under the limit of {} MiB above the trial process's "
+                  "own start-up (--trial-memory-limit)",
+                  study.options.trialLimits.memoryBytes >> 20)
             : "ran out of memory";
     return run;
   }
@@ -660,6 +663,7 @@ Result<std::vector<ComparisonRecord>> runFinalistRound(
                   {"timing_cache", timingCacheOf(study).string()},
                   {"inputs", study.inputFiles.front().string()},
                   {"timing", timingSettingsJson(study.options.finalTiming)},
+                  {"memory_limit_bytes", study.options.trialLimits.memoryBytes},
                   {"result", (dir / "result.json").string()}};
   if (study.options.backend == "cuda") {
     // No engine files: the child builds each route's plan again, all of them on one GPU.
@@ -870,8 +874,9 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
       options.trialLimits.memoryBytes = 0;
     } else if (options.trialLimits.memoryBytes > 0) {
       return invalidInput(
-          "--trial-memory-limit cannot apply to --backend cuda: the CUDA driver reserves far more "
-          "address space than it uses, so an address-space limit fails every trial");
+          "--trial-memory-limit does not apply to --backend cuda: the limit counts host "
+          "mappings, and the CUDA driver maps far more than the trial uses (GPU memory is "
+          "not limited by it)");
     }
   }
   if (options.trialLimits.memoryBytes == kDefaultTrialMemory) {

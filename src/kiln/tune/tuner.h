@@ -72,8 +72,8 @@ struct TuneOptions {
 };
 
 // TuneOptions::trialLimits.memoryBytes meaning "the backend's default": three quarters of
-// physical memory for cpu; none for cuda (whose driver reserves far more address space than it
-// uses, so that an address-space limit fails every trial).
+// physical memory for cpu; none for cuda (whose driver maps far more host memory than a trial
+// uses).
 inline constexpr uint64_t kDefaultTrialMemory = ~uint64_t{0};
 
 // Process exit codes of a tuning run beyond 0/1/2/3 (see cli/commands.h).
