@@ -374,8 +374,8 @@ TEST_F(KilnCli, ExplainShowsWhereTheTimeWentLayerByLayer) {
   for (const char* expected :
        {"A: ", "(route -fusion.conv_act=off -graph.layout=nchw)",
         "B: the default route, built now from", "output probs: cosine distance between A and B",
-        "total: A median", "* stem.conv", "A: ", " nchw fp32", "B: ", " nhwc fp32",
-        "(no such layer)"}) {
+        "total: A median", "95% interval [", "* stem.conv", "A: ", " nchw fp32",
+        "B: ", " nhwc fp32", "(no such layer)"}) {
     EXPECT_NE(text.out.find(expected), std::string::npos) << expected << "\n" << text.out;
   }
 
@@ -387,6 +387,11 @@ TEST_F(KilnCli, ExplainShowsWhereTheTimeWentLayerByLayer) {
   EXPECT_EQ(j["b"]["route"], "");
   EXPECT_LT(j["outputs_cos_distance"]["probs"].get<double>(), 1e-6);
   EXPECT_GE(j["runs"].get<int>(), 20);
+  EXPECT_EQ(j["speedup_a_over_b"]["pairs"], j["runs"]);
+  EXPECT_LE(j["speedup_a_over_b"]["low"].get<double>(),
+            j["speedup_a_over_b"]["median"].get<double>());
+  EXPECT_GE(j["speedup_a_over_b"]["high"].get<double>(),
+            j["speedup_a_over_b"]["median"].get<double>());
   ASSERT_GE(j["layers"].size(), 8u);
   double previous = 1e300;
   int unfusedRelus = 0, differing = 0;

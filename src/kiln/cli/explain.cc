@@ -21,6 +21,7 @@
 #include "kiln/engine/engine_file.h"
 #include "kiln/ir/inputs.h"
 #include "kiln/tune/accuracy.h"
+#include "kiln/tune/timing.h"
 
 namespace kiln::cli {
 
@@ -206,7 +207,13 @@ int runExplain(const ExplainOptions& options) {
   }
 
   if (options.json) {
+    const tune::PairedComparison paired = tune::comparePaired(a.totals, b.totals);
     json j = {{"a", {{"label", a.label}, {"route", a.route}, {"median_ms", ta.median}}},
+              {"speedup_a_over_b",
+               {{"median", paired.speedup()},
+                {"low", paired.speedupLow()},
+                {"high", paired.speedupHigh()},
+                {"pairs", paired.pairs}}},
               {"b", {{"label", b.label}, {"route", b.route}, {"median_ms", tb.median}}},
               {"runs", a.totals.size()},
               {"seed", options.seed},
@@ -243,11 +250,13 @@ int runExplain(const ExplainOptions& options) {
   }
   std::printf("total: A median %.4f ms [p90 %.4f], B median %.4f ms [p90 %.4f]: ", ta.median,
               ta.p90, tb.median, tb.p90);
-  if (ta.median <= tb.median) {
-    std::printf("A is %.3fx B's speed\n", tb.median / ta.median);
-  } else {
-    std::printf("A is %.3fx slower than B\n", ta.median / tb.median);
-  }
+  // Run i of A and run i of B were back to back: their ratio cancels the machine's drifts.
+  const tune::PairedComparison paired = tune::comparePaired(a.totals, b.totals);
+  std::printf("A is %.3fx B's speed, 95%% interval [%.3f, %.3f] over %d pairs (%s)\n",
+              paired.speedup(), paired.speedupLow(), paired.speedupHigh(), paired.pairs,
+              paired.significantlyFaster() ? "A significantly faster"
+              : paired.speedupHigh() < 1.0 ? "A significantly slower"
+                                           : "no significant difference");
   double sumA = 0, sumB = 0, sumDiffering = 0;
   for (const Row& r : rows) {
     sumA += r.aMs;
