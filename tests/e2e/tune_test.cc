@@ -465,8 +465,9 @@ TEST_F(KilnTune, VerifySaysWhetherTheTunedEngineStillHolds) {
       << upgraded.out;
   EXPECT_NE(upgraded.out.find("although the machine or the software changed"), std::string::npos);
 
-  // The default route caught up (as after an upgrade that sped it up): no longer a win.
-  rewrite([](json& m) { m["default_route"] = "-test.delay_a=off"; });
+  // The default route overtook it (as after an upgrade that sped it up): no longer a win. The
+  // new default skips both 4 ms delays, the engine one, so the outcome is certain.
+  rewrite([](json& m) { m["default_route"] = "-test.delay_a=off -test.delay_b=off"; });
   Outcome caughtUp = faulty(verify);
   EXPECT_EQ(caughtUp.exitCode, 4) << caughtUp.out;
   EXPECT_NE(caughtUp.out.find("  regressed speed "), std::string::npos) << caughtUp.out;
@@ -502,6 +503,37 @@ TEST_F(KilnTune, VerifySaysWhetherTheTunedEngineStillHolds) {
   EXPECT_EQ(notManifest.exitCode, 1);
   EXPECT_NE(notManifest.err.find("is not a kiln tuning manifest"), std::string::npos)
       << notManifest.err;
+}
+
+TEST_F(KilnTune, VerifyOfAKeptDefaultRouteAllowsNoiseButNotASlowdown) {
+  // The only route tried is the default's, so the tuner keeps it; the saved engine waits 8 ms a
+  // run (both delays on).
+  Outcome tuned =
+      faulty(fmt::format("tune {} --tune '-test.delay_a=on' --saveEngine kept.kiln "
+                         "--cache t.db --quiet {}",
+                         sample(), kQuickTiming));
+  ASSERT_EQ(tuned.exitCode, 0) << tuned.out << tuned.err;
+  const fs::path manifestPath = dir_ / "kept.manifest.json";
+  json manifest = json::parse(kiln::readFileBytes(manifestPath).value());
+  ASSERT_EQ(manifest["route"], manifest["default_route"]);
+  const std::string verify = "verify kept.manifest.json --duration 0.2 --warmUp 0";
+
+  // Against a fresh build of the same route, a generous tolerance: timing noise is no verdict.
+  Outcome same = faulty(verify + " --tolerance 0.5");
+  EXPECT_EQ(same.exitCode, 0) << same.out << same.err;
+  EXPECT_NE(same.out.find("as fast as a fresh build of it"), std::string::npos) << same.out;
+  EXPECT_NE(same.out.find("OK: the tuner kept the default route"), std::string::npos) << same.out;
+
+  // The default route sped up (both delays gone): the kept engine is now far slower.
+  manifest["default_route"] = "-test.delay_a=off -test.delay_b=off";
+  ASSERT_TRUE(kiln::writeFileAtomically(manifestPath, manifest.dump(1)).isOk());
+  Outcome slower = faulty(verify);
+  EXPECT_EQ(slower.exitCode, 4) << slower.out << slower.err;
+  EXPECT_NE(slower.out.find("more than 2% slower than a fresh build of it"), std::string::npos)
+      << slower.out;
+  Outcome badTolerance = faulty(verify + " --tolerance 2");
+  EXPECT_NE(badTolerance.exitCode, 0);
+  EXPECT_NE(badTolerance.err.find("--tolerance"), std::string::npos) << badTolerance.err;
 }
 
 TEST_F(KilnTune, BuildErrorsAreRecordedAndTheRunGoesOn) {

@@ -26,6 +26,11 @@ Command addVerifyCommand(CLI::App& app) {
   sub->add_option("--warmUp", options->warmUpMs, "warm-up of both engines, ms")
       ->default_val(200)
       ->check(CLI::NonNegativeNumber);
+  sub->add_option("--tolerance", options->tolerance,
+                  "when the tuner kept the default route: the slowdown of the saved engine against "
+                  "a fresh build of it (a fraction) below which it is not a regression")
+      ->default_val(0.02)
+      ->check(CLI::Range(0.0, 1.0));
   sub->add_flag("--json", options->json, "print the checks and the verdict as JSON");
   sub->footer(
       "Exit codes: 0 the engine still wins and passes; 1 bad input or a file the manifest names "

@@ -361,15 +361,14 @@ Result<int> runVerify(const VerifyOptions& options) {
         c.speedup(), c.speedupLow(), c.speedupHigh(), c.pairs, then);
     if (defaultWon) {
       // The tuner kept the default route: the engine should be as fast as a fresh build.
-      PairedComparison reverse = c;
-      reverse.ratioMedian = 1 / c.ratioMedian;
-      reverse.ratioLow = 1 / c.ratioHigh;
-      reverse.ratioHigh = 1 / c.ratioLow;
-      v.add("speed", reverse.significantlyFaster() ? "regressed" : "ok",
-            measured + (reverse.significantlyFaster()
-                            ? ": the saved engine (the default route) is now slower than a "
-                              "fresh build of it"
-                            : ": the saved engine is the default route, as fast as a fresh build"));
+      // Its time over the fresh build's, certainly above 1 + tolerance.
+      const bool slower = c.reachesConfidence() && c.ratioLow > 1.0 + options.tolerance;
+      v.add("speed", slower ? "regressed" : "ok",
+            measured + (slower ? fmt::format(": the saved engine (the default route) is now "
+                                             "more than {:g}% slower than a fresh build of it",
+                                             100 * options.tolerance)
+                               : ": the saved engine is the default route, as fast as a fresh "
+                                 "build of it"));
     } else {
       v.add("speed", c.significantlyFaster() ? "ok" : "regressed",
             measured + (c.significantlyFaster() ? "" : ": no longer significantly faster"));

@@ -19,6 +19,10 @@ struct VerifyOptions {
   double durationS = 2.0;
   int minPairs = 30;
   double warmUpMs = 200;
+  // When the tuner kept the default route, the saved engine and a fresh build of it are the same
+  // plan: only a slowdown beyond this fraction (and significant) is called a regression, so two
+  // equal engines are not sent to re-tuning by timing noise or the order they ran in.
+  double tolerance = 0.02;
   bool json = false;  // the checks and the verdict as JSON on stdout
 };
 
