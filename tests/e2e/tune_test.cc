@@ -439,7 +439,7 @@ TEST_F(KilnTune, VerifySaysWhetherTheTunedEngineStillHolds) {
   for (const char* line :
        {"  ok        model ", "  ok        engine ", "  ok        target ", "  ok        versions ",
         "  ok        data set 0   inputs seeded (0), references generated again",
-        "  ok        accuracy     probs cos", "  ok        speed        1.",
+        "  ok        accuracy     probs cos", "  ok        speed        ",
         "OK: the tuned engine still wins"}) {
     EXPECT_NE(holds.out.find(line), std::string::npos) << line << "\n" << holds.out;
   }
@@ -448,7 +448,8 @@ TEST_F(KilnTune, VerifySaysWhetherTheTunedEngineStillHolds) {
   const json report = json::parse(asJson.out);
   EXPECT_EQ(report["exit_code"], 0);
   EXPECT_TRUE(report["speed"]["significant"].get<bool>());
-  EXPECT_GT(report["speed"]["speedup"].get<double>(), 1.5);  // 4 ms a run less
+  EXPECT_GT(report["speed"]["speedup"].get<double>(), 1.5);  // 4 ms a run of 8 less: about 2x
+  EXPECT_LT(report["speed"]["speedup"].get<double>(), 2.5);
   for (const auto& check : report["checks"]) EXPECT_EQ(check["state"], "ok") << check.dump();
 
   auto rewrite = [&](const std::function<void(json&)>& change) {
