@@ -293,6 +293,12 @@ TEST_F(KilnTune, JsonProgressIsOneEventALine) {
   EXPECT_EQ(events.back()["event"], "done");
   EXPECT_EQ(events.back()["exit_code"], 0);
   EXPECT_EQ(events.back()["winner"], "-test.delay_a=off");
+  // The steps between the trials say when they begin: the control trial, then the finalists.
+  std::vector<std::string> steps;
+  for (const json& e : events) {
+    if (e["event"] == "step") steps.push_back(e["step"]);
+  }
+  EXPECT_EQ(steps, (std::vector<std::string>{"control", "finalists"})) << outcome.out;
 }
 
 // Not a terminal: one line per trial, and a line every --progress-interval while a long trial
@@ -308,7 +314,22 @@ TEST_F(KilnTune, PlainProgressSaysWhichRouteALongTrialIsOn) {
       << outcome.out;
   EXPECT_NE(outcome.out.find("[phase 1 2/2] -graph.layout=nchw: ok"), std::string::npos)
       << outcome.out;
+  // The control trial, after the phase, is a step of its own.
+  EXPECT_NE(outcome.out.find("still at the control trial (the default route again, for the "
+                             "drift): 0:0"),
+            std::string::npos)
+      << outcome.out;
   EXPECT_EQ(outcome.out.find('\r'), std::string::npos);  // no terminal control in a file
+  // The finalist round (at least a second of interleaved pairs) says so too.
+  Outcome finalists =
+      faulty(fmt::format("tune {} --tune '-test.delay_a=[on|off]' --progress-interval 0.3 {}",
+                         sample(), kQuickTiming));
+  ASSERT_EQ(finalists.exitCode, 0) << finalists.out << finalists.err;
+  EXPECT_NE(finalists.out.find("still at the finalist round (1 route interleaved with the "
+                               "default): 0:0"),
+            std::string::npos)
+      << finalists.out;
+  EXPECT_NE(finalists.out.find("| best 1."), std::string::npos) << finalists.out;
   Outcome quiet =
       kiln(fmt::format("tune {} --tune '-graph.layout=*' --quiet {}", sample(), kQuickTiming));
   ASSERT_EQ(quiet.exitCode, 0) << quiet.err;
@@ -346,6 +367,10 @@ TEST_F(KilnTune, TerminalProgressRedrawsALiveLine) {
       R"(default so far \| 0:0[0-9] on -graph\.layout=nchw)");
   EXPECT_TRUE(std::regex_search(screen, kSecond)) << screen;
   EXPECT_NE(screen.find("[phase 1 2/2] -graph.layout=nchw: ok"), std::string::npos) << screen;
+  // The control trial after the phase has a live line of its own.
+  EXPECT_NE(screen.find("\r\033[Kcontrol trial (the default route again, for the drift) | 0:0"),
+            std::string::npos)
+      << screen;
 }
 
 // --report report.html: one self-contained page (no script, nothing fetched), rendered by a real

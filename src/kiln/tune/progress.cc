@@ -105,7 +105,7 @@ void Progress::say(std::string_view text) {
   std::lock_guard lock(mu_);
   clearLiveLine();
   std::fwrite(text.data(), 1, text.size(), stream_);
-  if (style_ == ProgressStyle::kTerminal && !state_.currentRoute.empty()) drawLiveLine();
+  if (style_ == ProgressStyle::kTerminal && active()) drawLiveLine();
   std::fflush(stream_);
 }
 
@@ -175,6 +175,24 @@ void Progress::endTrial(const std::string& display, std::string_view line, bool 
   event("trial", std::move(fields));
 }
 
+void Progress::beginStep(std::string_view name, const std::string& what) {
+  {
+    std::lock_guard lock(mu_);
+    state_.step = what;
+    state_.stepStarted = Clock::now();
+    lastPlainLine_ = 0;
+    if (style_ == ProgressStyle::kTerminal) drawLiveLine();
+  }
+  event("step", {{"step", name}, {"what", what}});
+}
+
+void Progress::endStep() {
+  std::lock_guard lock(mu_);
+  state_.step.clear();
+  state_.stepStarted.reset();
+  clearLiveLine();
+}
+
 void Progress::noteBest(const std::string& display, double speedup) {
   std::lock_guard lock(mu_);
   state_.bestRoute = display;
@@ -193,10 +211,17 @@ std::string Progress::statusLine(size_t width) const {
 
 std::string Progress::statusLineLocked(size_t width) const {
   const auto now = Clock::now();
-  std::string text =
-      fmt::format("phase {} {}/{}", state_.phase, state_.phaseDone + 1, state_.phaseTotal);
-  text += summaryParts(state_, elapsed(), now);
-  if (!state_.currentRoute.empty() && state_.trialStarted) {
+  std::string text;
+  if (!state_.step.empty() && state_.stepStarted) {
+    text = fmt::format(
+        "{} | {} so far", state_.step,
+        formatDuration(std::chrono::duration<double>(now - *state_.stepStarted).count()));
+    text += summaryParts(state_, elapsed(), now);
+  } else {
+    text = fmt::format("phase {} {}/{}", state_.phase, state_.phaseDone + 1, state_.phaseTotal);
+    text += summaryParts(state_, elapsed(), now);
+  }
+  if (state_.step.empty() && !state_.currentRoute.empty() && state_.trialStarted) {
     text += fmt::format(
         " | {} on {}",
         formatDuration(std::chrono::duration<double>(now - *state_.trialStarted).count()),
@@ -227,19 +252,26 @@ void Progress::tick() {
   std::unique_lock lock(mu_);
   while (!stopping_) {
     wake_.wait_for(lock, period);
-    if (stopping_ || state_.currentRoute.empty() || !state_.trialStarted) continue;
+    if (stopping_ || !active()) continue;
     if (style_ == ProgressStyle::kTerminal) {
       drawLiveLine();
       continue;
     }
-    const double inTrial =
-        std::chrono::duration<double>(Clock::now() - *state_.trialStarted).count();
-    if (inTrial - lastPlainLine_ >= plainInterval_) {
-      lastPlainLine_ = inTrial;
+    const bool inStep = !state_.step.empty();
+    const double sinceStart =
+        std::chrono::duration<double>(Clock::now() -
+                                      (inStep ? *state_.stepStarted : *state_.trialStarted))
+            .count();
+    if (sinceStart - lastPlainLine_ >= plainInterval_) {
+      lastPlainLine_ = sinceStart;
       const std::string line =
-          fmt::format("  ... still measuring {}: {} (phase {} {}/{}{})\n", state_.currentRoute,
-                      formatDuration(inTrial), state_.phase, state_.phaseDone + 1,
-                      state_.phaseTotal, summaryParts(state_, elapsed(), Clock::now()));
+          inStep ? fmt::format("  ... still at the {}: {} ({})\n", state_.step,
+                               formatDuration(sinceStart),
+                               summaryParts(state_, elapsed(), Clock::now()).substr(3))
+                 : fmt::format("  ... still measuring {}: {} (phase {} {}/{}{})\n",
+                               state_.currentRoute, formatDuration(sinceStart), state_.phase,
+                               state_.phaseDone + 1, state_.phaseTotal,
+                               summaryParts(state_, elapsed(), Clock::now()));
       std::fputs(line.c_str(), stream_);
       std::fflush(stream_);
     }

@@ -37,6 +37,10 @@ struct ProgressState {
   size_t failures = 0;      // trials that crashed, hung, failed to build or missed the threshold
   size_t measuredHere = 0;  // trials this process ran
   double measuredSeconds = 0;
+  // A step between the phases' trials (the control trial, the finalist round): what it is and
+  // when it began; "" when none runs.
+  std::string step;
+  std::optional<std::chrono::steady_clock::time_point> stepStarted;
 };
 
 class Progress {
@@ -63,6 +67,10 @@ class Progress {
   // `speedup` (over the default, when both were measured) may make it the best so far.
   void endTrial(const std::string& display, std::string_view line, bool failed,
                 std::optional<double> speedup, nlohmann::json fields);
+  // A step outside the phases' trials, shown like a trial (the live line, the periodic plain
+  // line) with `what` in place of the route; in kJson one "step" event {step: name, what}.
+  void beginStep(std::string_view name, const std::string& what);
+  void endStep();
   void noteBest(const std::string& display, double speedup);
   void noteFailures(size_t failures);
 
@@ -75,6 +83,10 @@ class Progress {
   void clearLiveLine();                              // with mu_ held
   void drawLiveLine();                               // with mu_ held
   double elapsed() const;
+  bool active() const {  // with mu_ held: a trial or a step is running
+    return (!state_.step.empty() && state_.stepStarted) ||
+           (!state_.currentRoute.empty() && state_.trialStarted);
+  }
 
   const ProgressStyle style_;
   std::FILE* stream_;

@@ -1172,8 +1172,11 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
   const TrialRecord* baseRecord = findRecord(records, study.baseline);
   if (!interrupted && !outOfTime && eligible(baseRecord) && !store->header().count("control")) {
     say("control: the default route again, to measure the drift between trials\n");
-    KILN_ASSIGN_OR_RETURN(TrialRun control, runTrial(study, study.baseline, baseRecord->iteration,
-                                                     1, stop, deadline, "control"));
+    progress.beginStep("control", "control trial (the default route again, for the drift)");
+    auto controlRun =
+        runTrial(study, study.baseline, baseRecord->iteration, 1, stop, deadline, "control");
+    progress.endStep();
+    KILN_ASSIGN_OR_RETURN(TrialRun control, std::move(controlRun));
     if (control.stopped) {
       if (stop.load())
         interrupted = true;
@@ -1299,8 +1302,12 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
         json routes = json::array();
         for (const TrialRecord* f : finalists) routes.push_back(f->route);
         progress.event("finalists", {{"routes", routes}});
-        KILN_ASSIGN_OR_RETURN(comparisons, runFinalistRound(study, finalists, *base, stop, deadline,
-                                                            failure, stopped));
+        progress.beginStep("finalists",
+                           fmt::format("finalist round ({} route{} interleaved with the default)",
+                                       finalists.size(), finalists.size() == 1 ? "" : "s"));
+        auto round = runFinalistRound(study, finalists, *base, stop, deadline, failure, stopped);
+        progress.endStep();
+        KILN_ASSIGN_OR_RETURN(comparisons, std::move(round));
         if (stopped && stop.load()) {
           say("\nstopped during the finalist round: every trial is recorded; resume with: {}\n",
               resumeCommand.empty() ? "(not resumable without --cache)" : resumeCommand);
