@@ -445,6 +445,15 @@ TEST(NhwcPools, MatchReference) {
       {"AveragePool",
        {1, 40, 8, 8},
        {{"kernel_shape", ints({3, 3})}, {"pads", ints({1, 1, 1, 1})}}},
+      // Blocks of 64 channels, then of 8, then an overlapping last one.
+      {"MaxPool",
+       {1, 139, 7, 7},
+       {{"kernel_shape", ints({3, 3})}, {"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}}},
+      {"AveragePool",
+       {1, 75, 6, 6},
+       {{"kernel_shape", ints({3, 3})},
+        {"pads", ints({1, 1, 1, 1})},
+        {"count_include_pad", intAttr(0)}}},
       {"GlobalAveragePool", {2, 70, 5, 3}, {}},
       {"GlobalMaxPool", {1, 65, 4, 4}, {}},
   };
@@ -498,40 +507,43 @@ TEST(NhwcPools, MaxPoolKeepsTheReferenceRulesForPaddingAndNaN) {
 // The NaN rule on channel rows the vector loops take: a NaN tap loses to any number in every
 // lane, a window of NaNs stays NaN, whichever tap the NaNs are.
 TEST(NhwcPools, MaxPoolNaNRuleHoldsInEveryVectorLane) {
-  constexpr int64_t kChannels = 35;
-  const GraphFactory make = [] {
-    GraphSketch g;
-    g.output(g.node("MaxPool", {g.input("x", {1, kChannels, 3, 3})},
-                    {{"kernel_shape", ints({2, 2})}, {"strides", ints({1, 1})}}, "pool"));
-    return g.take();
-  };
-  const float nan = std::nanf("");
-  std::vector<float> x(static_cast<size_t>(kChannels * 9));
-  for (int64_t c = 0; c < kChannels; ++c) {
-    for (int64_t p = 0; p < 9; ++p) {
-      float& v = x[static_cast<size_t>(c * 9 + p)];
-      v = static_cast<float>((c * 7 + p * 3) % 11) - 5.0f;
-      // Channel c: NaN at the pixels whose bit (p % 5) is set in c (channel 31: all but p = 9).
-      if ((c >> (p % 5)) & 1) v = nan;
+  // 35: blocks of 8 and an overlapping last one; 75: a block of 64 too.
+  for (const int64_t kChannels : {35, 75}) {
+    SCOPED_TRACE(kChannels);
+    const GraphFactory make = [kChannels] {
+      GraphSketch g;
+      g.output(g.node("MaxPool", {g.input("x", {1, kChannels, 3, 3})},
+                      {{"kernel_shape", ints({2, 2})}, {"strides", ints({1, 1})}}, "pool"));
+      return g.take();
+    };
+    const float nan = std::nanf("");
+    std::vector<float> x(static_cast<size_t>(kChannels * 9));
+    for (int64_t c = 0; c < kChannels; ++c) {
+      for (int64_t p = 0; p < 9; ++p) {
+        float& v = x[static_cast<size_t>(c * 9 + p)];
+        v = static_cast<float>((c * 7 + p * 3) % 11) - 5.0f;
+        // Channel c: NaN at the pixels whose bit (p % 5) is set in c (channel 31: all but p = 9).
+        if ((c >> (p % 5)) & 1) v = nan;
+      }
     }
-  }
-  const std::vector<Tensor> inputs = {Tensor::fromVector<float>({1, kChannels, 3, 3}, x)};
-  const std::vector<Tensor> expected = runReference(make, inputs);
-  const CpuRun run = runCpu(make, "-graph.layout=nhwc", inputs);
-  ASSERT_EQ(run.step("pool")->layout, "nhwc");
-  ASSERT_EQ(run.outputs.size(), 1u);
-  ASSERT_EQ(run.outputs[0].shape(), expected[0].shape());
-  int nans = 0;
-  for (int64_t i = 0; i < expected[0].elementCount(); ++i) {
-    const double e = expected[0].elementAsDouble(i), a = run.outputs[0].elementAsDouble(i);
-    if (std::isnan(e)) {
-      ++nans;
-      EXPECT_TRUE(std::isnan(a)) << i;
-    } else {
-      EXPECT_EQ(a, e) << i;
+    const std::vector<Tensor> inputs = {Tensor::fromVector<float>({1, kChannels, 3, 3}, x)};
+    const std::vector<Tensor> expected = runReference(make, inputs);
+    const CpuRun run = runCpu(make, "-graph.layout=nhwc", inputs);
+    ASSERT_EQ(run.step("pool")->layout, "nhwc");
+    ASSERT_EQ(run.outputs.size(), 1u);
+    ASSERT_EQ(run.outputs[0].shape(), expected[0].shape());
+    int nans = 0;
+    for (int64_t i = 0; i < expected[0].elementCount(); ++i) {
+      const double e = expected[0].elementAsDouble(i), a = run.outputs[0].elementAsDouble(i);
+      if (std::isnan(e)) {
+        ++nans;
+        EXPECT_TRUE(std::isnan(a)) << i;
+      } else {
+        EXPECT_EQ(a, e) << i;
+      }
     }
+    EXPECT_GT(nans, 0);  // some windows are all NaN, so both halves of the rule are checked
   }
-  EXPECT_GT(nans, 0);  // some windows are all NaN, so both halves of the rule are checked
 }
 
 TEST(ConvTasksPlan, TilesShrinkToGiveEveryThreadATaskButNotBelowTheMinimum) {
