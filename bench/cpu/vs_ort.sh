@@ -119,15 +119,16 @@ for model in "$models"/*.onnx; do
       tuned="$tmed,$tp10,$tp90,$trounds"
     fi
     python3 - "$name" "$threads" "$kmed" "$kp10" "$kp90" "$krounds" "${ofiles[-1]}" \
-      "$omed,$op10,$op90,$orounds" "$tuned" >>"$rows" <<'PY'
-import json, sys
-name, threads, kmed, kp10, kp90, krounds, ort_file, pooled, tuned = sys.argv[1:]
+      "$omed,$op10,$op90,$orounds" "$tuned" "$work/$name.$threads.manifest.json" >>"$rows" <<'PY'
+import json, os, sys
+name, threads, kmed, kp10, kp90, krounds, ort_file, pooled, tuned, manifest_file = sys.argv[1:]
 ort = json.load(open(ort_file))  # the last round's: its output comparisons
 omed, op10, op90, orounds = pooled.split(",", 3)
 # The default route's outputs and the tuned engine's, each against ORT's; no output compared (none
 # named alike) counts as a disagreement, not as agreement.
 compared = ort["outputs"] + [o for more in ort["moreOutputs"] for o in more["outputs"]]
 worst = max((o.get("cosineDistance", float("inf")) for o in compared), default=float("inf"))
+manifest = json.load(open(manifest_file)) if tuned != "-" and os.path.exists(manifest_file) else None
 def timing(median, p10, p90, rounds):
     return {"medianMs": float(median), "p10Ms": float(p10), "p90Ms": float(p90),
             "roundMediansMs": [float(x) for x in rounds.split(",")]}
@@ -138,6 +139,9 @@ print(json.dumps({
     "ort": timing(omed, op10, op90, orounds),
     "outputs": ort["outputs"], "tunedOutputs": ort["moreOutputs"][0]["outputs"] if ort["moreOutputs"] else None,
     "worstCosineDistance": worst, "agree": worst <= 1e-5,
+    # What the tuner chose, and whether its decision was cut short by --tuning-timeout.
+    "tunedRoute": manifest["route"] if manifest else None,
+    "tunedDecision": manifest["decision"] if manifest else None,
 }))
 PY
   done
@@ -187,6 +191,13 @@ for key, label in (("kiln", "default"), ("kilnTuned", "tuned")):
         print()
         print(f"kiln {label} / ORT, each at its best thread count, geometric mean over "
               f"{len(best)} models: {geo:.2f}")
+if tuned:
+    print()
+    for r in rows:
+        if r.get("tunedRoute") is not None:
+            d = r["tunedDecision"] or {}
+            print(f"- {r['model']} at {r['threads']} thread(s): `{r['tunedRoute'] or '(default)'}`"
+                  + (" (provisional)" if d.get("provisional") else ""))
 print(f"JSON: {out}")
 PY
 if grep -q '"agree": false' "$rows"; then
