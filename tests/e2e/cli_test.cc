@@ -427,6 +427,64 @@ TEST_F(KilnCli, ExplainShowsWhereTheTimeWentLayerByLayer) {
                   "is not the model");
 }
 
+// On the GPU there are no engine files: explain compares two routes of the model. With a GPU,
+// timed; with the CUDA backend but no GPU (CI's machines), the two plans' decisions untimed;
+// without the CUDA backend, a clear error.
+TEST_F(KilnCli, ExplainComparesTwoCudaRoutes) {
+  const std::string command = fmt::format(
+      "explain --backend cuda --model '{}' --route '-cuda.precision=fp16' --duration 0.2 "
+      "--warmUp 0",
+      KILN_SAMPLE_MODEL);
+  Outcome text = kiln(command);
+#if KILN_HAVE_CUDA
+  ASSERT_EQ(text.exitCode, 0) << text.err;
+  EXPECT_NE(text.out.find("A: --route -cuda.precision=fp16 (route -cuda.precision=fp16)"),
+            std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("B: the default route (route (default))"), std::string::npos) << text.out;
+  Outcome asJson = kiln(command + " --json");
+  ASSERT_EQ(asJson.exitCode, 0) << asJson.err;
+  const auto j = nlohmann::json::parse(asJson.out);
+  EXPECT_EQ(j["backend"], "cuda");
+  ASSERT_GE(j["layers"].size(), 4u);
+  int fp16 = 0, castsOnlyInA = 0;
+  for (const auto& layer : j["layers"]) {
+    if (!layer.contains("b")) {  // fp16 adds the casts at the edges
+      EXPECT_EQ(layer["op"], "Cast") << layer.dump();
+      ++castsOnlyInA;
+    } else if (layer["a"]["precision"] == "fp16") {
+      ++fp16;
+      EXPECT_EQ(layer["b"]["precision"], "fp32") << layer.dump();
+      EXPECT_TRUE(layer["differs"].get<bool>()) << layer.dump();
+    }
+  }
+  EXPECT_GE(fp16, 3) << asJson.out;  // the convolutions at least
+  EXPECT_EQ(castsOnlyInA, 2) << asJson.out;
+  EXPECT_EQ(j["layers_differing"].get<int>() > 0, true);
+  if (j["timed"].get<bool>()) {
+    EXPECT_NE(text.out.find("total: A median"), std::string::npos) << text.out;
+    EXPECT_GE(j["runs"].get<int>(), 20);
+    EXPECT_LT(j["outputs_cos_distance"]["probs"].get<double>(), 1e-3);
+  } else {
+    EXPECT_NE(j["untimed_reason"].get<std::string>().find("no CUDA device is visible"),
+              std::string::npos)
+        << asJson.out;
+    EXPECT_NE(text.out.find("not timed: "), std::string::npos) << text.out;
+    EXPECT_NE(text.out.find("layers differ, marked *"), std::string::npos) << text.out;
+    EXPECT_NE(text.out.find("* stem.conv"), std::string::npos) << text.out;
+    EXPECT_NE(text.out.find("B: (no such layer)"), std::string::npos) << text.out;
+  }
+#else
+  expectUserError(text, "this kiln was built without the CUDA backend");
+#endif
+  expectUserError(kiln(fmt::format("explain --backend cuda '{}'", KILN_SAMPLE_MODEL)),
+                  "compares two routes of a model");
+  expectUserError(kiln("explain --backend cuda"), "--backend cuda needs --model");
+  expectUserError(
+      kiln(fmt::format("explain '{}' --route '-cuda.precision=fp16'", KILN_SAMPLE_MODEL)),
+      "apply to --backend cuda");
+}
+
 TEST_F(KilnCli, RefusesATamperedEngine) {
   const fs::path engine = dir_ / "sample.kiln";
   ASSERT_EQ(kiln(fmt::format("build '{}' --saveEngine '{}'", KILN_SAMPLE_MODEL, engine.string()))
