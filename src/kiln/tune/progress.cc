@@ -216,11 +216,10 @@ std::string Progress::statusLineLocked(size_t width) const {
     text = fmt::format(
         "{} | {} so far", state_.step,
         formatDuration(std::chrono::duration<double>(now - *state_.stepStarted).count()));
-    text += summaryParts(state_, elapsed(), now);
   } else {
     text = fmt::format("phase {} {}/{}", state_.phase, state_.phaseDone + 1, state_.phaseTotal);
-    text += summaryParts(state_, elapsed(), now);
   }
+  text += summaryParts(state_, elapsed(), now);
   if (state_.step.empty() && !state_.currentRoute.empty() && state_.trialStarted) {
     text += fmt::format(
         " | {} on {}",
