@@ -10,6 +10,9 @@
 //   -test.fault=nan       reports a NaN in the first output (accuracy must fail)
 //   -test.delay_a=on      4 ms added to every run (the default: turning it off is a gain)
 //   -test.delay_b=on      likewise, independently
+//
+// It also pretends to have 4 GPUs, so that `kiln_faulty tune --gpus 0,1,2` schedules trials over
+// several "GPUs" (each trial pinned to one) on a machine with none.
 #include <signal.h>
 #include <unistd.h>
 
@@ -90,7 +93,8 @@ void beforeRun(const kiln::knobs::Route& route) {
 }
 
 const bool kInstalled = [] {
-  kiln::tune::setFaultInjector({afterBuild, onOutputs, beforeRun});
+  kiln::tune::setFaultInjector(
+      {.afterBuild = afterBuild, .onOutputs = onOutputs, .beforeRun = beforeRun, .pretendGpus = 4});
   return true;
 }();
 

@@ -618,6 +618,76 @@ TEST_F(KilnTune, MixedSearchCombinesTheSignificantGains) {
   EXPECT_EQ(ran.exitCode, 0) << ran.err;
 }
 
+// --gpus: trials run at once, one per GPU, each process pinned to its GPU; the outcome is a
+// one-GPU run's. kiln_faulty pretends to have 4 GPUs (each trial still gets its
+// CUDA_VISIBLE_DEVICES and reports what it saw, which the tuner checks), so the scheduling is
+// tested here without one.
+TEST_F(KilnTune, TrialsOnSeveralGpusGiveTheOneGpuOutcome) {
+  const std::string study = fmt::format(
+      "tune {} --tune '-test.fault=[none|crash|wrong] -test.delay_a=* -test.delay_b=* "
+      "-cpu.conv.algo=[auto|direct]" KILN_NATIVE_NCHW_CONV "' --search mixed --trial-timeout 20 {}",
+      sample(), kQuickTiming);
+  Outcome one = faulty(study + " --cache one.db");
+  ASSERT_EQ(one.exitCode, 0) << one.out << one.err;
+  Outcome three = faulty(study + " --cache three.db --gpus 1,2,3 --json-progress");
+  ASSERT_EQ(three.exitCode, 0) << three.out << three.err;
+
+  // The same routes with the same statuses, and the same winner.
+  const auto oneTrials = recorded(dir_ / "one.db");
+  const auto threeTrials = recorded(dir_ / "three.db");
+  ASSERT_EQ(oneTrials.size(), 7u) << one.out;  // 6 in phase one, both delays off in phase two
+  EXPECT_EQ(statusesByRoute(threeTrials), statusesByRoute(oneTrials)) << three.out;
+  for (size_t i = 0; i < threeTrials.size(); ++i) EXPECT_EQ(threeTrials[i].iteration, int64_t(i));
+  EXPECT_NE(one.out.find("winner: " + kDelaysOff), std::string::npos) << one.out;
+  EXPECT_EQ(json::parse(headerOf(dir_ / "three.db").at("decision")).at("winner"), kDelaysOff);
+
+  // Every GPU was used, never by two trials at once, and several ran together.
+  std::map<int, int> running;  // gpu -> trials running on it
+  std::set<int> used;
+  size_t mostAtOnce = 0, atOnce = 0;
+  bool sawControl = false;
+  std::istringstream stream(three.out);
+  for (std::string line; std::getline(stream, line);) {
+    const json event = json::parse(line, nullptr, false);
+    ASSERT_FALSE(event.is_discarded()) << line;
+    if (event["event"] == "trial_start") {
+      ASSERT_TRUE(event.contains("gpu")) << line;
+      const int gpu = event["gpu"].get<int>();
+      EXPECT_TRUE(gpu >= 1 && gpu <= 3) << line;
+      EXPECT_EQ(running[gpu]++, 0) << "two trials at once on GPU " << gpu;
+      used.insert(gpu);
+      mostAtOnce = std::max(mostAtOnce, ++atOnce);
+    } else if (event["event"] == "trial") {
+      ASSERT_TRUE(event.contains("gpu")) << line;
+      EXPECT_EQ(--running[event["gpu"].get<int>()], 0) << line;
+      --atOnce;
+    } else if (event["event"] == "control") {
+      // The default measured again on the other two GPUs, for the drift between GPUs.
+      sawControl = true;
+      ASSERT_TRUE(event.contains("other_gpus")) << line;
+      EXPECT_EQ(event["other_gpus"].size(), 2u) << line;
+    }
+  }
+  EXPECT_EQ(used, (std::set<int>{1, 2, 3}));
+  EXPECT_EQ(mostAtOnce, 3u);
+  EXPECT_TRUE(sawControl) << three.out;
+  EXPECT_TRUE(headerOf(dir_ / "three.db").count("control_other_gpus"));
+
+  // GPUs that are not there, or named twice, are refused before anything runs; so is --gpus
+  // for the CPU backend, whose trials would share the cores they time.
+  Outcome missing = faulty(study + " --cache missing.db --gpus 0,4");
+  EXPECT_EQ(missing.exitCode, 1);
+  EXPECT_NE(missing.err.find("'4' is not a GPU of this machine"), std::string::npos)
+      << missing.err;
+  EXPECT_FALSE(fs::exists(dir_ / "missing.db"));
+  Outcome twice = faulty(study + " --cache twice.db --gpus 1,1");
+  EXPECT_EQ(twice.exitCode, 1);
+  EXPECT_NE(twice.err.find("GPU 1 is named twice"), std::string::npos) << twice.err;
+  Outcome cpu = kiln(fmt::format("tune {} --tune '-graph.layout=*' --gpus all", sample()));
+  EXPECT_EQ(cpu.exitCode, 1);
+  EXPECT_NE(cpu.err.find("GPUs are for --backend cuda"), std::string::npos) << cpu.err;
+}
+
 TEST_F(KilnTune, KillNineAtSeveralPointsThenContinueLosesAndRepeatsNothing) {
   const std::vector<std::string> args = {
       "tune",

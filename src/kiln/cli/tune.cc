@@ -198,6 +198,9 @@ Command addTuneCommand(CLI::App& app) {
                   "the result store (SQLite); every completed trial is kept there, so the run "
                   "can be continued");
   sub->add_flag("--continue", o.resume, "continue the run recorded in --cache");
+  sub->add_option("--gpus", o.gpus,
+                  "cuda: run trials on these GPUs at once, one per GPU: 'all' or '0,1,3' "
+                  "(default: one trial at a time on the first GPU)");
   sub->add_option("--trial-timeout", o.trialLimits.timeoutSeconds,
                   "seconds one trial (build + run + timing) may take before it is killed")
       ->default_val(600)

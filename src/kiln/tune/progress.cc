@@ -41,15 +41,16 @@ std::string formatDuration(double seconds) {
 namespace {
 
 // What is left of the phase: the mean of this process's trials times the routes not yet done,
-// less what the current trial has already taken. Unknown before the first trial ends here.
+// less what the running trials have already taken, shared among the lanes. Unknown before the
+// first trial ends here.
 std::optional<double> secondsLeft(const ProgressState& s, Clock::time_point now) {
   if (s.measuredHere == 0 || s.phaseTotal <= s.phaseDone) return std::nullopt;
   const double mean = s.measuredSeconds / static_cast<double>(s.measuredHere);
   double left = mean * static_cast<double>(s.phaseTotal - s.phaseDone);
-  if (s.trialStarted) {
-    left -= std::min(mean, std::chrono::duration<double>(now - *s.trialStarted).count());
+  for (const ProgressState::Running& trial : s.running) {
+    left -= std::min(mean, std::chrono::duration<double>(now - trial.started).count());
   }
-  return std::max(0.0, left);
+  return std::max(0.0, left) / static_cast<double>(std::max<size_t>(1, s.lanes));
 }
 
 // Most telling first: a narrow terminal cuts the end of the line.
@@ -105,6 +106,7 @@ void Progress::say(std::string_view text) {
   std::lock_guard lock(mu_);
   clearLiveLine();
   std::fwrite(text.data(), 1, text.size(), stream_);
+  lastPlainLine_ = Clock::now();
   if (style_ == ProgressStyle::kTerminal && active()) drawLiveLine();
   std::fflush(stream_);
 }
@@ -130,33 +132,55 @@ void Progress::beginPhase(int phase, size_t total, size_t alreadyDone) {
   event("phase", {{"phase", phase}, {"routes", total}, {"done", alreadyDone}});
 }
 
-void Progress::beginTrial(const std::string& route, const std::string& display) {
+void Progress::setLanes(size_t lanes) {
+  std::lock_guard lock(mu_);
+  state_.lanes = std::max<size_t>(1, lanes);
+}
+
+void Progress::beginTrial(const std::string& route, const std::string& display,
+                          std::optional<int> gpu) {
   size_t done = 0, total = 0;
   int phase = 0;
   {
     std::lock_guard lock(mu_);
-    state_.currentRoute = display;
-    state_.trialStarted = Clock::now();
-    lastPlainLine_ = 0;
-    done = state_.phaseDone;
+    const auto now = Clock::now();
+    if (state_.running.empty()) lastPlainLine_ = now;
+    state_.running.push_back({display, now});
+    done = state_.phaseDone + state_.running.size() - 1;
     total = state_.phaseTotal;
     phase = state_.phase;
     if (style_ == ProgressStyle::kTerminal) drawLiveLine();
   }
-  event("trial_start", {{"phase", phase}, {"index", done + 1}, {"total", total}, {"route", route}});
+  nlohmann::json fields = {{"phase", phase}, {"index", done + 1}, {"total", total}, {"route", route}};
+  if (gpu) fields["gpu"] = *gpu;
+  event("trial_start", std::move(fields));
+}
+
+namespace {
+// Takes `display`'s trial out of the running ones; returns how long it ran.
+std::optional<double> removeRunning(ProgressState& state, const std::string& display) {
+  auto it = std::find_if(state.running.begin(), state.running.end(),
+                         [&](const ProgressState::Running& r) { return r.display == display; });
+  if (it == state.running.end()) return std::nullopt;
+  const double seconds = std::chrono::duration<double>(Clock::now() - it->started).count();
+  state.running.erase(it);
+  return seconds;
+}
+}  // namespace
+
+void Progress::abandonTrial(const std::string& display) {
+  std::lock_guard lock(mu_);
+  removeRunning(state_, display);
 }
 
 void Progress::endTrial(const std::string& display, std::string_view line, bool failed,
                         std::optional<double> speedup, nlohmann::json fields) {
   {
     std::lock_guard lock(mu_);
-    if (state_.trialStarted) {
-      state_.measuredSeconds +=
-          std::chrono::duration<double>(Clock::now() - *state_.trialStarted).count();
+    if (auto seconds = removeRunning(state_, display)) {
+      state_.measuredSeconds += *seconds;
       ++state_.measuredHere;
     }
-    state_.currentRoute.clear();
-    state_.trialStarted.reset();
     ++state_.phaseDone;
     if (failed) ++state_.failures;
     if (speedup && *speedup > 1 && *speedup > state_.bestSpeedup) {
@@ -180,7 +204,7 @@ void Progress::beginStep(std::string_view name, const std::string& what) {
     std::lock_guard lock(mu_);
     state_.step = what;
     state_.stepStarted = Clock::now();
-    lastPlainLine_ = 0;
+    lastPlainLine_ = *state_.stepStarted;
     if (style_ == ProgressStyle::kTerminal) drawLiveLine();
   }
   event("step", {{"step", name}, {"what", what}});
@@ -220,11 +244,12 @@ std::string Progress::statusLineLocked(size_t width) const {
     text = fmt::format("phase {} {}/{}", state_.phase, state_.phaseDone + 1, state_.phaseTotal);
   }
   text += summaryParts(state_, elapsed(), now);
-  if (state_.step.empty() && !state_.currentRoute.empty() && state_.trialStarted) {
-    text += fmt::format(
-        " | {} on {}",
-        formatDuration(std::chrono::duration<double>(now - *state_.trialStarted).count()),
-        state_.currentRoute);
+  if (state_.step.empty() && !state_.running.empty()) {
+    const ProgressState::Running& oldest = state_.running.front();
+    text += fmt::format(" | {} on {}",
+                        formatDuration(std::chrono::duration<double>(now - oldest.started).count()),
+                        oldest.display);
+    if (state_.running.size() > 1) text += fmt::format(" (+{} more)", state_.running.size() - 1);
   }
   if (text.size() > width && width > 3) text = text.substr(0, width - 3) + "...";
   return text;
@@ -257,20 +282,27 @@ void Progress::tick() {
       continue;
     }
     const bool inStep = !state_.step.empty();
-    const double sinceStart =
-        std::chrono::duration<double>(Clock::now() -
-                                      (inStep ? *state_.stepStarted : *state_.trialStarted))
-            .count();
-    if (sinceStart - lastPlainLine_ >= plainInterval_) {
-      lastPlainLine_ = sinceStart;
+    const auto now = Clock::now();
+    if (std::chrono::duration<double>(now - lastPlainLine_).count() >= plainInterval_) {
+      lastPlainLine_ = now;
+      const double sinceStart =
+          std::chrono::duration<double>(
+              now - (inStep ? *state_.stepStarted : state_.running.front().started))
+              .count();
+      std::string others;
+      if (!inStep && state_.running.size() > 1) {
+        for (size_t i = 1; i < state_.running.size(); ++i) {
+          others += (i == 1 ? "; also " : ", ") + state_.running[i].display;
+        }
+      }
       const std::string line =
           inStep ? fmt::format("  ... still at the {}: {} ({})\n", state_.step,
                                formatDuration(sinceStart),
-                               summaryParts(state_, elapsed(), Clock::now()).substr(3))
-                 : fmt::format("  ... still measuring {}: {} (phase {} {}/{}{})\n",
-                               state_.currentRoute, formatDuration(sinceStart), state_.phase,
-                               state_.phaseDone + 1, state_.phaseTotal,
-                               summaryParts(state_, elapsed(), Clock::now()));
+                               summaryParts(state_, elapsed(), now).substr(3))
+                 : fmt::format("  ... still measuring {}: {}{} (phase {} {}/{}{})\n",
+                               state_.running.front().display, formatDuration(sinceStart), others,
+                               state_.phase, state_.phaseDone + 1, state_.phaseTotal,
+                               summaryParts(state_, elapsed(), now));
       std::fputs(line.c_str(), stream_);
       std::fflush(stream_);
     }

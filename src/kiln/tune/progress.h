@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -30,8 +31,13 @@ const char* progressStyleName(ProgressStyle style);
 struct ProgressState {
   int phase = 0;
   size_t phaseDone = 0, phaseTotal = 0;
-  std::string currentRoute;  // "" between trials
-  std::optional<std::chrono::steady_clock::time_point> trialStarted;
+  // The trials running now, oldest first (several with --gpus).
+  struct Running {
+    std::string display;
+    std::chrono::steady_clock::time_point started;
+  };
+  std::vector<Running> running;
+  size_t lanes = 1;  // trials run at once at most
   std::string bestRoute;
   double bestSpeedup = 0;   // 0: no eligible route faster than the default yet (or no default)
   size_t failures = 0;      // trials that crashed, hung, failed to build or missed the threshold
@@ -62,7 +68,13 @@ class Progress {
   void event(std::string_view name, nlohmann::json fields = nlohmann::json::object());
 
   void beginPhase(int phase, size_t total, size_t alreadyDone);
-  void beginTrial(const std::string& route, const std::string& display);
+  // The number of trials that run at once (--gpus), for the estimate of what is left.
+  void setLanes(size_t lanes);
+  // `gpu`: the trial's GPU (--gpus), in the trial_start event.
+  void beginTrial(const std::string& route, const std::string& display,
+                  std::optional<int> gpu = std::nullopt);
+  // A trial that ended without a result (the run was stopped, or its harness failed).
+  void abandonTrial(const std::string& display);
   // `line` is the human line for the finished trial; `failed` counts it among the failures;
   // `speedup` (over the default, when both were measured) may make it the best so far.
   void endTrial(const std::string& display, std::string_view line, bool failed,
@@ -84,8 +96,7 @@ class Progress {
   void drawLiveLine();                               // with mu_ held
   double elapsed() const;
   bool active() const {  // with mu_ held: a trial or a step is running
-    return (!state_.step.empty() && state_.stepStarted) ||
-           (!state_.currentRoute.empty() && state_.trialStarted);
+    return (!state_.step.empty() && state_.stepStarted) || !state_.running.empty();
   }
 
   const ProgressStyle style_;
@@ -96,7 +107,9 @@ class Progress {
   std::condition_variable wake_;
   bool stopping_ = false;
   bool liveShown_ = false;
-  double lastPlainLine_ = 0;  // seconds into the current trial of the last periodic line
+  // When the last plain line was written (a trial's line or a periodic one): a periodic line
+  // comes when a trial or step has run a whole interval since.
+  std::chrono::steady_clock::time_point lastPlainLine_;
   ProgressState state_;
   std::thread ticker_;
 };

@@ -9,7 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <new>
 #include <thread>
@@ -389,6 +391,7 @@ Result<json> runInterleaveRequest(const json& request) {
 }  // namespace
 
 void setFaultInjector(FaultInjector injector) { faultInjector() = std::move(injector); }
+const FaultInjector& faultInjection() { return faultInjector(); }
 
 namespace {
 
@@ -441,6 +444,9 @@ int runTrialRequest(const std::filesystem::path& requestPath) {
     json out = result.isOk()
                    ? *result
                    : json{{"status", "run-error"}, {"message", result.status().message()}};
+    // The GPUs this trial could see: the tuner pins each trial of --gpus to one, and checks.
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    out["visible_devices"] = visible ? json(visible) : json(nullptr);
     if (Status s = writeFileAtomically(resultPath, out.dump()); !s.isOk()) {
       std::fprintf(stderr, "kiln __trial: %s\n", s.message().c_str());
       return 1;
@@ -489,8 +495,23 @@ std::string tailOf(const std::filesystem::path& path, size_t bytes) {
 Result<ChildOutcome> runChild(const std::filesystem::path& executable,
                               const std::vector<std::string>& arguments,
                               const std::filesystem::path& logPath, const ChildLimits& limits,
-                              const std::atomic<bool>* stop, Clock::time_point deadline) {
+                              const std::atomic<bool>* stop, Clock::time_point deadline,
+                              const std::vector<std::string>& environment) {
   // Everything the child needs is prepared before fork: after it, only async-signal-safe calls.
+  // Its environment is this process's, with each "NAME=value" of `environment` in place of any
+  // variable of that name.
+  std::vector<std::string> envStorage(environment);
+  for (char** entry = environ; *entry; ++entry) {
+    const std::string_view text(*entry);
+    const bool replaced = std::any_of(environment.begin(), environment.end(), [&](const auto& e) {
+      const size_t eq = e.find('=');
+      return text.size() > eq && text.substr(0, eq + 1) == std::string_view(e).substr(0, eq + 1);
+    });
+    if (!replaced) envStorage.emplace_back(text);
+  }
+  std::vector<char*> envp;
+  for (std::string& entry : envStorage) envp.push_back(entry.data());
+  envp.push_back(nullptr);
   std::vector<std::string> argvStorage;
   argvStorage.push_back(executable.string());
   argvStorage.insert(argvStorage.end(), arguments.begin(), arguments.end());
@@ -520,7 +541,7 @@ Result<ChildOutcome> runChild(const std::filesystem::path& executable,
     if (nullFd >= 0) ::dup2(nullFd, STDIN_FILENO);
     ::dup2(logFd, STDOUT_FILENO);
     ::dup2(logFd, STDERR_FILENO);
-    ::execv(argv[0], argv.data());
+    ::execve(argv[0], argv.data(), envp.data());
     ::_exit(127);
   }
   ::setpgid(pid, pid);  // also from here, so the group exists before any kill below

@@ -55,7 +55,13 @@ struct FaultInjector {
   std::function<void(const knobs::Route&)> afterBuild;
   std::function<void(const knobs::Route&, std::vector<ir::Tensor>&)> onOutputs;
   std::function<void(const knobs::Route&)> beforeRun;
+  // GPUs that `kiln tune --gpus` may name on a machine without them, for any backend: each trial
+  // is still pinned (CUDA_VISIBLE_DEVICES) and reports what it saw, so the tuner's scheduling
+  // over several GPUs is tested where there are none. 0: only real GPUs, only --backend cuda.
+  int pretendGpus = 0;
 };
+// The injector set (all empty outside test builds).
+const FaultInjector& faultInjection();
 void setFaultInjector(FaultInjector injector);
 
 // One run of a CPU engine as a trial times it (with a test build's injected delay), and one run
@@ -88,11 +94,15 @@ struct ChildOutcome {
 // only the tuner, which then stops the child itself), killed if the tuner dies (PDEATHSIG),
 // stdout and stderr to `logPath`. Waits until it ends, `limits.timeoutSeconds` passes (the
 // whole group is killed: kTimedOut), `deadline` passes or `*stop` becomes true (killed:
-// kStopped).
+// kStopped). `environment` ("NAME=value" entries) replaces or adds those variables in the
+// child's environment (CUDA_VISIBLE_DEVICES, to pin a trial to one GPU). Safe to call from
+// several threads at once; a thread that starts a child must outlive it (PDEATHSIG follows the
+// thread that forked), which runChild ensures by waiting for the child.
 Result<ChildOutcome> runChild(
     const std::filesystem::path& executable, const std::vector<std::string>& arguments,
     const std::filesystem::path& logPath, const ChildLimits& limits, const std::atomic<bool>* stop,
-    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
+    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max(),
+    const std::vector<std::string>& environment = {});
 
 // The running binary (/proc/self/exe), for starting trials of the same build.
 Result<std::filesystem::path> currentExecutable();

@@ -10,9 +10,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
+#include <deque>
+#include <functional>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <set>
@@ -222,6 +227,14 @@ json versionsJson() {
 
 namespace {
 
+// Where trials run: one lane per GPU of --gpus (each trial's process pinned to its GPU through
+// CUDA_VISIBLE_DEVICES, one trial at a time per GPU), or the one unpinned lane without --gpus.
+struct Lane {
+  int gpu = -1;                          // the --gpus index; -1: not pinned
+  std::vector<std::string> environment;  // {"CUDA_VISIBLE_DEVICES=<the device>"} when pinned
+  std::string visibleDevices;            // what the trial should see in CUDA_VISIBLE_DEVICES
+};
+
 // Everything a run needs besides the store: the parsed study and its data, ready for trials.
 struct Study {
   TuneOptions options;
@@ -234,8 +247,90 @@ struct Study {
   std::vector<fs::path> inputFiles;  // one .npz per input set, in the work folder
   std::vector<std::vector<ir::Tensor>> references;
   bool generatedReferences = false;
-  json data;  // the header's description of the data
+  json data;               // the header's description of the data
+  std::vector<Lane> lanes;  // at least one
 };
+
+// The lanes of --gpus: "" (one unpinned lane), "all", or GPU indices "0,1,3" as CUDA numbers
+// them in this process (so within its own CUDA_VISIBLE_DEVICES, if set). Every GPU chosen must be
+// the model the study's target fingerprint names (device 0), since the trials' times are compared
+// with one another.
+Result<std::vector<Lane>> lanesFor(const TuneOptions& options) {
+  if (options.gpus.empty()) return std::vector<Lane>{Lane{}};
+  std::vector<std::string> names;
+  if (const int pretend = faultInjection().pretendGpus; pretend > 0) {
+    names.assign(static_cast<size_t>(pretend), "a pretended GPU (test build)");
+  } else if (options.backend != "cuda") {
+    return invalidInput(
+        "--gpus {}: GPUs are for --backend cuda; the {} backend's trials run one at a time, since "
+        "two timed at once would share the cores and memory bandwidth they measure",
+        options.gpus, options.backend);
+  } else {
+#if KILN_HAVE_CUDA
+    auto visible = cuda::visibleDeviceNames();
+    if (!visible.isOk()) return visible.status().withContext("--gpus " + options.gpus);
+    names = std::move(*visible);
+#else
+    return Status(StatusCode::kUnsupported,
+                  fmt::format("--gpus {}: this kiln was built without the CUDA backend",
+                              options.gpus));
+#endif
+  }
+  std::vector<int> chosen;
+  if (options.gpus == "all") {
+    for (size_t i = 0; i < names.size(); ++i) chosen.push_back(static_cast<int>(i));
+  } else {
+    std::stringstream list(options.gpus);
+    for (std::string item; std::getline(list, item, ',');) {
+      int index = -1;
+      size_t used = 0;
+      try {
+        index = std::stoi(item, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used == 0 || used != item.size() || index < 0 ||
+          index >= static_cast<int>(names.size())) {
+        return invalidInput(
+            "--gpus {}: '{}' is not a GPU of this machine (give 'all' or indices among 0..{}, "
+            "comma-separated; CUDA shows {} GPU{})",
+            options.gpus, item, names.size() - 1, names.size(), names.size() == 1 ? "" : "s");
+      }
+      if (std::find(chosen.begin(), chosen.end(), index) != chosen.end()) {
+        return invalidInput("--gpus {}: GPU {} is named twice", options.gpus, index);
+      }
+      chosen.push_back(index);
+    }
+    if (chosen.empty()) return invalidInput("--gpus: no GPU given (give 'all' or '0,1,...')");
+  }
+  for (int index : chosen) {
+    if (names[static_cast<size_t>(index)] != names[0]) {
+      return invalidInput(
+          "--gpus {}: GPU {} is {} but GPU 0, whose properties the study records, is {}: a "
+          "study compares times taken on one GPU model; choose GPUs of one model (or set "
+          "CUDA_VISIBLE_DEVICES so that device 0 is one of them)",
+          options.gpus, index, names[static_cast<size_t>(index)], names[0]);
+    }
+  }
+  // A child's CUDA_VISIBLE_DEVICES is in the system's numbering: translate through this
+  // process's own list, if it has one.
+  std::vector<std::string> parentList;
+  if (const char* parent = std::getenv("CUDA_VISIBLE_DEVICES")) {
+    std::stringstream list(parent);
+    for (std::string item; std::getline(list, item, ',');) parentList.push_back(item);
+  }
+  std::vector<Lane> lanes;
+  for (int index : chosen) {
+    Lane lane;
+    lane.gpu = index;
+    lane.visibleDevices = static_cast<size_t>(index) < parentList.size()
+                              ? parentList[static_cast<size_t>(index)]
+                              : std::to_string(index);
+    lane.environment = {"CUDA_VISIBLE_DEVICES=" + lane.visibleDevices};
+    lanes.push_back(std::move(lane));
+  }
+  return lanes;
+}
 
 }  // namespace
 
@@ -396,6 +491,7 @@ Status reloadData(Study& study, const json& data) {
 struct TrialRun {
   bool stopped = false;  // the run was stopped (or its time ran out) while this trial ran
   TrialRecord record;
+  int gpu = -1;  // the lane's GPU (--gpus index), -1 when not pinned
 };
 
 std::string signalText(int signal) {
@@ -420,12 +516,14 @@ fs::path timingCacheOf(const Study& study) {
                                                : fs::absolute(study.options.timingCacheFile);
 }
 
-// `tag` names the trial's folder and engine file (default: the iteration).
-Result<TrialRun> runTrial(const Study& study, const std::string& route, int64_t iteration,
-                          int phase, const std::atomic<bool>& stop, Clock::time_point deadline,
-                          const std::string& tag = "") {
-  const std::string name = tag.empty() ? std::to_string(iteration) : tag;
+// `tag` names the trial's folder and engine file. `iteration` is provisional when trials run on
+// several lanes: the store numbers trials in the order they end.
+Result<TrialRun> runTrial(const Study& study, const Lane& lane, const std::string& route,
+                          int64_t iteration, int phase, const std::atomic<bool>& stop,
+                          Clock::time_point deadline, const std::string& tag) {
+  const std::string& name = tag;
   TrialRun run;
+  run.gpu = lane.gpu;
   TrialRecord& record = run.record;
   record.iteration = iteration;
   record.phase = phase;
@@ -450,9 +548,10 @@ Result<TrialRun> runTrial(const Study& study, const std::string& route, int64_t 
   for (const fs::path& file : study.inputFiles) request["inputs"].push_back(file.string());
   KILN_RETURN_IF_ERROR(writeFileAtomically(dir / "request.json", request.dump(1)));
 
-  KILN_ASSIGN_OR_RETURN(ChildOutcome child,
-                        runChild(study.executable, {"__trial", (dir / "request.json").string()},
-                                 dir / "log.txt", study.options.trialLimits, &stop, deadline));
+  KILN_ASSIGN_OR_RETURN(
+      ChildOutcome child,
+      runChild(study.executable, {"__trial", (dir / "request.json").string()}, dir / "log.txt",
+               study.options.trialLimits, &stop, deadline, lane.environment));
   record.finishedAt = isoNow();
   using Kind = ChildOutcome::Kind;
   const std::string logLine = lastLine(child.logTail);
@@ -509,6 +608,16 @@ Result<TrialRun> runTrial(const Study& study, const std::string& route, int64_t 
   try {
     if (!resultText.isOk()) throw std::runtime_error(resultText.status().message());
     result = json::parse(*resultText);
+    if (lane.gpu >= 0) {
+      // A trial on a GPU other than its lane's would time two trials on one GPU.
+      const json& seen = result.at("visible_devices");
+      if (!seen.is_string() || seen.get<std::string>() != lane.visibleDevices) {
+        return internalError(
+            "the trial of route '{}' was to run on GPU {} alone (CUDA_VISIBLE_DEVICES={}) but "
+            "saw CUDA_VISIBLE_DEVICES={}; nothing was recorded for it",
+            displayRoute(route), lane.gpu, lane.visibleDevices, seen.dump());
+      }
+    }
     const std::string status = result.at("status").get<std::string>();
     record.buildMs = result.value("build_ms", 0.0);
     if (status == "build-error") {
@@ -568,6 +677,79 @@ Result<TrialRun> runTrial(const Study& study, const std::string& route, int64_t 
   }
   record.status = TrialStatus::kOk;
   return run;
+}
+
+// A trial for runOnLanes.
+struct TrialJob {
+  std::string route;
+  std::string tag;  // its folder and engine file
+  int64_t iteration = 0;
+  int phase = 1;
+};
+
+// Runs `jobs` in order, one at a time per lane, each on the first free lane (so with every lane
+// free, job k goes to lane k). `startNext` is asked on this thread before each job starts (false:
+// start no more); `finished` is called on this thread as each ends, in the order they end. Trials
+// in flight end before this returns, even after an error (the first is returned), so that every
+// completed trial can be recorded.
+Status runOnLanes(const Study& study, const std::vector<TrialJob>& jobs,
+                  const std::atomic<bool>& stop, Clock::time_point deadline,
+                  const std::function<bool(const TrialJob&, const Lane&)>& startNext,
+                  const std::function<Status(const TrialJob&, Result<TrialRun>)>& finished) {
+  const std::vector<Lane>& lanes = study.lanes;
+  struct Ended {
+    size_t job, lane;
+    Result<TrialRun> run;
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Ended> ended;
+  std::vector<std::thread> threads(lanes.size());
+  std::vector<bool> busy(lanes.size(), false);
+  size_t next = 0, inFlight = 0;
+  bool starting = true;
+  Status first = Status::ok();
+  while (true) {
+    for (size_t lane = 0; starting && next < jobs.size() && lane < lanes.size(); ++lane) {
+      if (busy[lane]) continue;
+      if (!startNext(jobs[next], lanes[lane])) {
+        starting = false;
+        break;
+      }
+      busy[lane] = true;
+      ++inFlight;
+      threads[lane] = std::thread([&, lane, index = next] {
+        const TrialJob& job = jobs[index];
+        Result<TrialRun> run = internalError("the trial of '{}' did not run", job.route);
+        try {
+          run = runTrial(study, lanes[lane], job.route, job.iteration, job.phase, stop, deadline,
+                         job.tag);
+        } catch (const std::exception& e) {
+          run = ioError("the trial of route '{}' could not be run: {}", displayRoute(job.route),
+                        e.what());
+        }
+        std::lock_guard lock(mu);
+        ended.push_back({index, lane, std::move(run)});
+        cv.notify_one();
+      });
+      ++next;
+    }
+    if (inFlight == 0) break;
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return !ended.empty(); });
+    Ended done = std::move(ended.front());
+    ended.pop_front();
+    lock.unlock();
+    threads[done.lane].join();
+    busy[done.lane] = false;
+    --inFlight;
+    Status status = finished(jobs[done.job], std::move(done.run));
+    if (!status.isOk() && first.isOk()) {
+      first = std::move(status);
+      starting = false;
+    }
+  }
+  return first;
 }
 
 // ---- phases ---------------------------------------------------------------------------------
@@ -684,9 +866,11 @@ Result<std::vector<ComparisonRecord>> runFinalistRound(
     request["engine_hashes"] = hashes;
   }
   KILN_RETURN_IF_ERROR(writeFileAtomically(dir / "request.json", request.dump(1)));
+  // On the first lane's GPU: interleaving is what makes the comparison fair.
   KILN_ASSIGN_OR_RETURN(ChildOutcome child,
                         runChild(study.executable, {"__trial", (dir / "request.json").string()},
-                                 dir / "log.txt", study.options.trialLimits, &stop, deadline));
+                                 dir / "log.txt", study.options.trialLimits, &stop, deadline,
+                                 study.lanes.front().environment));
   std::vector<ComparisonRecord> comparisons;
   if (child.kind == ChildOutcome::Kind::kStopped) {
     stopped = true;
@@ -953,6 +1137,7 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
   }
   KILN_ASSIGN_OR_RETURN(study.executable, currentExecutable());
   KILN_ASSIGN_OR_RETURN(const json target, targetFingerprint(options.backend));
+  KILN_ASSIGN_OR_RETURN(study.lanes, lanesFor(options));
 
   if (options.cache.empty()) {
     char pattern[] = "/tmp/kiln-tune-XXXXXX";
@@ -1095,30 +1280,50 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
   bool interrupted = false, outOfTime = false;
   int64_t remainingCount = 0;
   double drift = 0;  // set from the control trial after phase one
+  const bool pinned = study.lanes.front().gpu >= 0;
+  progress.setLanes(study.lanes.size());
+  if (pinned) {
+    std::vector<int> gpus;
+    for (const Lane& lane : study.lanes) gpus.push_back(lane.gpu);
+    say("trials on {} GPU{} at once ({}), one trial per GPU\n", gpus.size(),
+        gpus.size() == 1 ? "" : "s", fmt::join(gpus, ", "));
+  }
+  // Runs the phase's routes not yet recorded, on every lane, and records each as it ends (in the
+  // order they end: with one lane, the phase's order).
   auto runPhase = [&](const std::vector<std::string>& routes, int phase) -> Status {
     size_t done = 0;
-    for (const std::string& route : routes) done += findRecord(records, route) != nullptr;
-    progress.beginPhase(phase, routes.size(), done);
+    std::vector<TrialJob> jobs;
     for (size_t i = 0; i < routes.size(); ++i) {
-      if (findRecord(records, routes[i])) continue;
+      if (findRecord(records, routes[i])) {
+        ++done;
+      } else {
+        jobs.push_back({.route = routes[i],
+                        .tag = fmt::format("p{}-{}", phase, i),
+                        .iteration = static_cast<int64_t>(records.size()),
+                        .phase = phase});
+      }
+    }
+    progress.beginPhase(phase, routes.size(), done);
+    auto startNext = [&](const TrialJob& job, const Lane& lane) {
       if (stop.load()) interrupted = true;
       if (Clock::now() > deadline) outOfTime = true;
-      if (interrupted || outOfTime) {
-        remainingCount += static_cast<int64_t>(routes.size() - done);
-        return Status::ok();
-      }
-      progress.beginTrial(routes[i], displayRoute(routes[i]));
-      KILN_ASSIGN_OR_RETURN(
-          TrialRun run,
-          runTrial(study, routes[i], static_cast<int64_t>(records.size()), phase, stop, deadline));
-      if (run.stopped) {
+      if (interrupted || outOfTime) return false;
+      progress.beginTrial(job.route, displayRoute(job.route),
+                          lane.gpu >= 0 ? std::optional<int>(lane.gpu) : std::nullopt);
+      return true;
+    };
+    auto finished = [&](const TrialJob& job, Result<TrialRun> result) -> Status {
+      if (!result.isOk() || result->stopped) {
+        progress.abandonTrial(displayRoute(job.route));
+        if (!result.isOk()) return result.status();
         if (stop.load())
           interrupted = true;
         else
           outOfTime = true;
-        remainingCount += static_cast<int64_t>(routes.size() - done);
         return Status::ok();
       }
+      TrialRun& run = *result;
+      run.record.iteration = static_cast<int64_t>(records.size());
       KILN_RETURN_IF_ERROR(store->addTrial(run.record));
       records.push_back(run.record);
       ++done;
@@ -1127,6 +1332,7 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
       std::optional<double> speedup;
       json fields = {
           {"route", r.route}, {"status", trialStatusName(r.status)}, {"build_s", r.buildMs / 1000}};
+      if (run.gpu >= 0) fields["gpu"] = run.gpu;
       if (!r.message.empty()) fields["message"] = r.message;
       if (r.timing) {
         fields["median_ms"] = r.timing->summary.median;
@@ -1155,12 +1361,16 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
         fields["loss"] = std::isnan(worst) ? json(nullptr) : json(worst);
       }
       if (!r.message.empty()) detail += (detail.empty() ? "" : "  ") + r.message;
+      if (run.gpu >= 0) detail += fmt::format("  (gpu {})", run.gpu);
       progress.endTrial(displayRoute(r.route),
                         fmt::format("[phase {} {}/{}] {}: {}  {}\n", phase, done, routes.size(),
                                     displayRoute(r.route), trialStatusName(r.status), detail),
                         !eligible(&r), speedup, std::move(fields));
-    }
-    return Status::ok();
+      return Status::ok();
+    };
+    Status status = runOnLanes(study, jobs, stop, deadline, startNext, finished);
+    if (interrupted || outOfTime) remainingCount += static_cast<int64_t>(routes.size() - done);
+    return status;
   };
 
   say("phase one: {} routes\n", phaseOne.size());
@@ -1168,38 +1378,96 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
 
   // The control: the default route measured again after phase one, in a trial of its own. How
   // far its median moved is the drift between trials (clock, load, heat), and a gain must exceed
-  // it as well as the measured intervals to count as significant.
+  // it as well as the measured intervals to count as significant. With several GPUs the default
+  // is measured again on each, so that the drift also covers the differences between them (the
+  // "control" header field holds the first GPU's trial, "control_other_gpus" the others').
   const TrialRecord* baseRecord = findRecord(records, study.baseline);
   if (!interrupted && !outOfTime && eligible(baseRecord) && !store->header().count("control")) {
-    say("control: the default route again, to measure the drift between trials\n");
+    say("control: the default route again{}, to measure the drift between trials{}\n",
+        study.lanes.size() > 1 ? " on every GPU" : "",
+        study.lanes.size() > 1 ? " and GPUs" : "");
     progress.beginStep("control", "control trial (the default route again, for the drift)");
-    auto controlRun =
-        runTrial(study, study.baseline, baseRecord->iteration, 1, stop, deadline, "control");
+    std::vector<TrialJob> jobs;
+    for (const Lane& lane : study.lanes) {
+      jobs.push_back({.route = study.baseline,
+                      .tag = jobs.empty() ? "control" : fmt::format("control-gpu{}", lane.gpu),
+                      .iteration = baseRecord->iteration,
+                      .phase = 1});
+    }
+    std::map<std::string, TrialRun> controls;  // by tag
+    bool stopped = false;
+    Status ran = runOnLanes(
+        study, jobs, stop, deadline, [&](const TrialJob&, const Lane&) { return true; },
+        [&](const TrialJob& job, Result<TrialRun> run) -> Status {
+          if (!run.isOk()) return run.status();
+          stopped |= run->stopped;
+          controls[job.tag] = std::move(*run);
+          return Status::ok();
+        });
     progress.endStep();
-    KILN_ASSIGN_OR_RETURN(TrialRun control, std::move(controlRun));
-    if (control.stopped) {
+    KILN_RETURN_IF_ERROR(ran);
+    if (stopped) {
       if (stop.load())
         interrupted = true;
       else
         outOfTime = true;
     } else {
-      KILN_RETURN_IF_ERROR(store->setHeaderField("control", toJson(control.record).dump()));
+      if (study.lanes.size() > 1) {
+        json others = json::array();
+        for (const TrialJob& job : jobs) {
+          if (job.tag == "control") continue;
+          json record = toJson(controls.at(job.tag).record);
+          record["gpu"] = controls.at(job.tag).gpu;
+          others.push_back(std::move(record));
+        }
+        KILN_RETURN_IF_ERROR(store->setHeaderField("control_other_gpus", others.dump()));
+      }
+      KILN_RETURN_IF_ERROR(
+          store->setHeaderField("control", toJson(controls.at("control").record).dump()));
     }
   }
   std::optional<TrialRecord> controlRecord;
+  std::vector<std::pair<int, TrialRecord>> otherControls;  // (gpu, trial)
   if (store->header().count("control")) {
     auto parsed = trialFromJson(json::parse(store->header().at("control"), nullptr, false));
     if (parsed.isOk()) controlRecord = *parsed;
   }
+  if (store->header().count("control_other_gpus")) {
+    const json others = json::parse(store->header().at("control_other_gpus"), nullptr, false);
+    for (const json& other : others.is_array() ? others : json::array()) {
+      auto parsed = trialFromJson(other);
+      if (parsed.isOk()) otherControls.emplace_back(other.value("gpu", -1), *parsed);
+    }
+  }
   if (controlRecord && eligible(&*controlRecord) && eligible(baseRecord)) {
-    drift = std::abs(controlRecord->timing->summary.median - baseRecord->timing->summary.median) /
-            baseRecord->timing->summary.median;
-    say("control: default median {:.4f} ms, then {:.4f} ms: drift {:.2f}%, the margin a gain "
-        "must also clear\n",
-        baseRecord->timing->summary.median, controlRecord->timing->summary.median, 100 * drift);
-    progress.event("control", {{"default_median_ms", baseRecord->timing->summary.median},
-                               {"control_median_ms", controlRecord->timing->summary.median},
-                               {"drift", drift}});
+    const double base = baseRecord->timing->summary.median;
+    drift = std::abs(controlRecord->timing->summary.median - base) / base;
+    say("control: default median {:.4f} ms, then {:.4f} ms{}: drift {:.2f}%{}\n", base,
+        controlRecord->timing->summary.median,
+        otherControls.empty() ? "" : fmt::format(" (gpu {})", study.lanes.front().gpu),
+        100 * drift, otherControls.empty() ? ", the margin a gain must also clear" : "");
+    json perGpu = json::array();
+    for (const auto& [gpu, other] : otherControls) {
+      if (!eligible(&other)) {
+        say("control: on gpu {} the default route did not complete ({}: {})\n", gpu,
+            trialStatusName(other.status), other.message);
+        continue;
+      }
+      const double gpuDrift = std::abs(other.timing->summary.median - base) / base;
+      say("control: default median {:.4f} ms on gpu {}: {:.2f}% from the first trial\n",
+          other.timing->summary.median, gpu, 100 * gpuDrift);
+      perGpu.push_back({{"gpu", gpu}, {"control_median_ms", other.timing->summary.median}});
+      drift = std::max(drift, gpuDrift);
+    }
+    if (!otherControls.empty()) {
+      say("control: drift {:.2f}% between trials and GPUs, the margin a gain must also clear\n",
+          100 * drift);
+    }
+    json fields = {{"default_median_ms", base},
+                   {"control_median_ms", controlRecord->timing->summary.median},
+                   {"drift", drift}};
+    if (!perGpu.empty()) fields["other_gpus"] = perGpu;
+    progress.event("control", fields);
   } else if (controlRecord) {
     say("control: the default route's second trial did not complete ({}: {}); no drift margin\n",
         trialStatusName(controlRecord->status), controlRecord->message);

@@ -57,6 +57,11 @@ struct TuneOptions {
   // How this run goes: may differ between a run and its continuation.
   std::filesystem::path cache;  // the result store ("" : a temporary one, not resumable)
   bool resume = false;          // --continue
+  // --gpus: "" (one trial at a time, on the device CUDA shows first), "all", or indices
+  // "0,1,3": one trial at a time per GPU, each trial's process pinned to its GPU. The same
+  // routes with the same statuses as one GPU's run, sooner; the control trial measures the
+  // default on every GPU, and the finalist round runs on the first.
+  std::string gpus;
   bool dryRun = false;
   bool allowLargeSearch = false;
   ChildLimits trialLimits{.timeoutSeconds = 600, .memoryBytes = 0};

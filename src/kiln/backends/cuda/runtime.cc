@@ -122,6 +122,24 @@ Result<DeviceInfo> currentDevice() {
 
 bool deviceAvailable() { return currentDevice().isOk(); }
 
+Result<std::vector<std::string>> visibleDeviceNames() {
+  int count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess || count == 0) {
+    return Status(StatusCode::kUnsupported,
+                  fmt::format("no CUDA device is visible ({})",
+                              error == cudaSuccess ? "the driver reports none"
+                                                   : cudaGetErrorString(error)));
+  }
+  std::vector<std::string> names;
+  for (int ordinal = 0; ordinal < count; ++ordinal) {
+    cudaDeviceProp props{};
+    KILN_CUDA_CHECK(cudaGetDeviceProperties(&props, ordinal));
+    names.emplace_back(props.name);
+  }
+  return names;
+}
+
 DeviceMemory::~DeviceMemory() {
   if (data_) cudaFree(data_);
 }

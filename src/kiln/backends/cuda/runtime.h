@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kiln/base/status.h"
 
@@ -50,6 +51,8 @@ struct DeviceInfo {
 Result<DeviceInfo> currentDevice();
 // True when currentDevice() succeeds (tests skip without one).
 bool deviceAvailable();
+// The name of every device CUDA_VISIBLE_DEVICES shows, by ordinal (kUnsupported without one).
+Result<std::vector<std::string>> visibleDeviceNames();
 
 // Owning wrappers. Each is move-only and frees its resource on destruction.
 class DeviceMemory {
