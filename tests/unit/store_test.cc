@@ -327,6 +327,25 @@ TEST_F(TuneStoreTest, CreateRefusesAnExistingFile) {
   EXPECT_EQ(TuneStore::open(existing)->trials()->size(), 3u);
 }
 
+// SQLite's locking is unreliable on network filesystems: the store refuses them by statfs's
+// filesystem type. No network filesystem can be mounted here, so the classification is checked
+// by its magic numbers, and a local folder must pass.
+TEST_F(TuneStoreTest, NetworkFilesystemsAreRecognisedAndLocalOnesPass) {
+  using kiln::tune::networkFilesystemName;
+  EXPECT_STREQ(networkFilesystemName(0x6969), "NFS");
+  EXPECT_STREQ(networkFilesystemName(0xFF534D42), "CIFS/SMB");
+  EXPECT_STREQ(networkFilesystemName(0xFE534D42), "SMB2");
+  EXPECT_STREQ(networkFilesystemName(0x01021997), "9P");
+  EXPECT_STREQ(networkFilesystemName(0x00C36400), "CephFS");
+  EXPECT_STREQ(networkFilesystemName(0x0BD00BD0), "Lustre");
+  EXPECT_STREQ(networkFilesystemName(0x47504653), "GPFS");
+  EXPECT_EQ(networkFilesystemName(0xEF53), nullptr);      // ext4
+  EXPECT_EQ(networkFilesystemName(0x58465342), nullptr);  // XFS
+  EXPECT_EQ(networkFilesystemName(0x01021994), nullptr);  // tmpfs
+  EXPECT_TRUE(kiln::tune::checkLocalFilesystem(dir_ / "new.db").isOk());
+  EXPECT_TRUE(TuneStore::create(dir_ / "new.db", kHeader).isOk());
+}
+
 TEST_F(TuneStoreTest, OpenRefusesAMissingFileWithoutCreatingIt) {
   fs::path path = dir_ / "missing.db";
   auto store = TuneStore::open(path);

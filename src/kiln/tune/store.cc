@@ -3,7 +3,9 @@
 #include "kiln/tune/store.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sqlite3.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -526,8 +528,44 @@ Result<TrialRecord> trialFromJson(const json& object) {
 // ---------------------------------------------------------------------------------------------
 // TuneStore.
 
+const char* networkFilesystemName(int64_t statfsType) {
+  switch (static_cast<uint32_t>(statfsType)) {
+    case NFS_SUPER_MAGIC: return "NFS";
+    case SMB_SUPER_MAGIC: return "SMB";
+    case CIFS_SUPER_MAGIC: return "CIFS/SMB";
+    case SMB2_SUPER_MAGIC: return "SMB2";
+    case V9FS_MAGIC: return "9P";
+    case CEPH_SUPER_MAGIC: return "CephFS";
+    case AFS_SUPER_MAGIC:
+    case AFS_FS_MAGIC: return "AFS";
+    case CODA_SUPER_MAGIC: return "Coda";
+    case NCP_SUPER_MAGIC: return "NCP";
+    case 0x0BD00BD0: return "Lustre";
+    case 0x47504653: return "GPFS";
+    default: return nullptr;
+  }
+}
+
+Status checkLocalFilesystem(const fs::path& path) {
+  // The file's folder: the file itself may not exist yet.
+  const fs::path folder = fs::absolute(path).parent_path();
+  struct statfs info {};
+  if (::statfs(folder.c_str(), &info) != 0) {
+    return ioError("cannot examine the filesystem of {}: {}", quoted(folder), std::strerror(errno));
+  }
+  if (const char* name = networkFilesystemName(static_cast<int64_t>(info.f_type))) {
+    return invalidInput(
+        "{} is on a network filesystem ({}): SQLite's locking is not reliable there, and a "
+        "tuning cache that two machines write at once can be corrupted. Put --cache on a local "
+        "disk; for a study shared between machines use a PostgreSQL store",
+        quoted(path), name);
+  }
+  return Status::ok();
+}
+
 Result<TuneStore> TuneStore::create(const fs::path& path,
                                     const std::map<std::string, std::string>& header) {
+  KILN_RETURN_IF_ERROR(checkLocalFilesystem(path));
   // O_EXCL makes "refuse an existing file" atomic; SQLite then opens the empty file, which it
   // treats as an empty database.
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -593,6 +631,7 @@ Result<TuneStore> TuneStore::open(const fs::path& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) return ioError("{} does not exist", quoted(path));
   if (!fs::is_regular_file(path, ec)) return invalidInput("{} is not a file", quoted(path));
+  KILN_RETURN_IF_ERROR(checkLocalFilesystem(path));
   KILN_RETURN_IF_ERROR(checkFileHeader(path));
 
   // Read-write (the tuner appends) but never CREATE: a missing file must stay missing.

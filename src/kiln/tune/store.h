@@ -57,6 +57,13 @@ struct ComparisonRecord {
 nlohmann::json toJson(const TrialRecord& record);
 Result<TrialRecord> trialFromJson(const nlohmann::json& json);
 
+// The name of a network filesystem ("NFS", "CIFS/SMB", "9P", "Lustre", ...) from statfs's
+// f_type, or nullptr for a local (or unrecognised) one.
+const char* networkFilesystemName(int64_t statfsType);
+// Refuses a store on a network filesystem, naming it: SQLite's file locking is unreliable there
+// (the SQLite documentation warns against it), so the embedded store stays on a local disk.
+Status checkLocalFilesystem(const std::filesystem::path& path);
+
 class TuneStore {
  public:
   // Creates a new store at `path` with the header fields (key -> value, e.g. "model_hash").
