@@ -677,8 +677,7 @@ TEST_F(KilnTune, TrialsOnSeveralGpusGiveTheOneGpuOutcome) {
   // for the CPU backend, whose trials would share the cores they time.
   Outcome missing = faulty(study + " --cache missing.db --gpus 0,4");
   EXPECT_EQ(missing.exitCode, 1);
-  EXPECT_NE(missing.err.find("'4' is not a GPU of this machine"), std::string::npos)
-      << missing.err;
+  EXPECT_NE(missing.err.find("'4' is not a GPU of this machine"), std::string::npos) << missing.err;
   EXPECT_FALSE(fs::exists(dir_ / "missing.db"));
   Outcome twice = faulty(study + " --cache twice.db --gpus 1,1");
   EXPECT_EQ(twice.exitCode, 1);
@@ -686,6 +685,66 @@ TEST_F(KilnTune, TrialsOnSeveralGpusGiveTheOneGpuOutcome) {
   Outcome cpu = kiln(fmt::format("tune {} --tune '-graph.layout=*' --gpus all", sample()));
   EXPECT_EQ(cpu.exitCode, 1);
   EXPECT_NE(cpu.err.find("GPUs are for --backend cuda"), std::string::npos) << cpu.err;
+}
+
+// kiln status and kiln best read a study while a tuner works on it, after it stopped, and once
+// it decided; best prints the chosen route alone, for scripts.
+TEST_F(KilnTune, StatusAndBestReadAStudy) {
+  const fs::path cache = dir_ / "tune.db";
+  // The second route hangs, which keeps the tuner busy while the study is read.
+  const pid_t pid = start({"tune", sample(), "--tune", "-test.fault=[none|hang] -test.delay_a=*",
+                           "--search", "mixed", "--cache", "tune.db", "--trial-timeout", "60",
+                           "--warmUp", "0", "--iterations", "30", "--duration", "0.05"},
+                          dir_ / "log.txt");
+  ASSERT_TRUE(waitForTrials(cache, 1, pid));
+  Outcome during = faulty("status tune.db --json");
+  ASSERT_EQ(during.exitCode, 0) << during.err;
+  json study = json::parse(during.out);
+  EXPECT_EQ(study["running_pid"], std::to_string(pid));
+  EXPECT_EQ(study["search"], "mixed");
+  EXPECT_EQ(study["phases"][0]["routes"], 3);  // the default, hang, delay_a=off
+  EXPECT_EQ(study["phases"][0]["done"], 1);
+  EXPECT_TRUE(study["phases"][1]["routes"].is_null());  // not planned yet
+  EXPECT_TRUE(study["decision"].is_null());
+  Outcome undecided = faulty("best tune.db");
+  EXPECT_EQ(undecided.exitCode, 1);
+  EXPECT_NE(undecided.err.find("has not decided yet"), std::string::npos) << undecided.err;
+  EXPECT_NE(undecided.err.find(fmt::format("pid {}", pid)), std::string::npos) << undecided.err;
+  // Before a decision, --provisional falls back to the default unless a gain is significant.
+  Outcome provisional = faulty("best tune.db --provisional");
+  EXPECT_EQ(provisional.exitCode, 0) << provisional.err;
+  EXPECT_EQ(provisional.out, "\n");  // the default route
+  EXPECT_NE(provisional.err.find("provisional"), std::string::npos);
+
+  ::kill(pid, SIGINT);
+  EXPECT_EQ(waitFor(pid), 130);
+  Outcome stopped = faulty("status tune.db");
+  EXPECT_EQ(stopped.exitCode, 0) << stopped.err;
+  EXPECT_NE(stopped.out.find("not running, not finished"), std::string::npos) << stopped.out;
+  EXPECT_NE(stopped.out.find("phase 1: 1 of 3 routes"), std::string::npos) << stopped.out;
+
+  Outcome finished = faulty("tune --continue --cache tune.db --trial-timeout 6");
+  ASSERT_EQ(finished.exitCode, 0) << finished.out << finished.err;
+  study = json::parse(faulty("status tune.db --json").out);
+  EXPECT_TRUE(study["running_pid"].is_null());
+  EXPECT_FALSE(study["finished_at"].is_null());
+  EXPECT_EQ(study["phases"][0]["done"], 3);
+  EXPECT_EQ(study["phases"][1]["routes"], 0);  // delay_a=off alone: nothing to combine
+  EXPECT_EQ(study["by_status"], json({{"ok", 2}, {"timeout", 1}}));
+  EXPECT_GE(study["drift"].get<double>(), 0.0);
+  EXPECT_EQ(study["best_so_far"]["route"], "-test.delay_a=off");
+  EXPECT_TRUE(study["best_so_far"]["significant"].get<bool>());
+  EXPECT_EQ(study["decision"]["winner"], "-test.delay_a=off");
+  Outcome best = faulty("best tune.db");
+  EXPECT_EQ(best.exitCode, 0) << best.err;
+  EXPECT_EQ(best.out, "-test.delay_a=off\n");
+  EXPECT_EQ(best.err, "");
+  EXPECT_EQ(json::parse(faulty("best tune.db --json").out)["decided"], true);
+  // Not a study: refused with the reason.
+  ASSERT_TRUE(kiln::writeFileAtomically(dir_ / "notes.db", "not a database\n").isOk());
+  Outcome bad = faulty("status notes.db");
+  EXPECT_EQ(bad.exitCode, 1);
+  EXPECT_NE(bad.err.find("notes.db"), std::string::npos) << bad.err;
 }
 
 TEST_F(KilnTune, KillNineAtSeveralPointsThenContinueLosesAndRepeatsNothing) {
@@ -714,7 +773,7 @@ TEST_F(KilnTune, KillNineAtSeveralPointsThenContinueLosesAndRepeatsNothing) {
     const pid_t pid = start(attempt, dir_ / fmt::format("log_{}.txt", point));
     if (point == 0) {
       const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-      while (!fs::exists(dir_ / "tune.db.d" / "trials" / "0" / "request.json") &&
+      while (!fs::exists(dir_ / "tune.db.d" / "trials" / "p1-0" / "request.json") &&
              std::chrono::steady_clock::now() < end) {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }

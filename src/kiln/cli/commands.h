@@ -29,6 +29,8 @@ Command addTrialCommand(CLI::App& app);
 Command addCacheCommand(CLI::App& app);
 Command addExplainCommand(CLI::App& app);
 Command addVerifyCommand(CLI::App& app);
+Command addStatusCommand(CLI::App& app);
+Command addBestCommand(CLI::App& app);
 
 // The command line as the user typed it (set by main), recorded in tuning caches.
 const std::string& commandLine();

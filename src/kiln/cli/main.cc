@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
   commands.push_back(kiln::cli::addCacheCommand(app));
   commands.push_back(kiln::cli::addExplainCommand(app));
   commands.push_back(kiln::cli::addVerifyCommand(app));
+  commands.push_back(kiln::cli::addStatusCommand(app));
+  commands.push_back(kiln::cli::addBestCommand(app));
   kiln::cli::setCommandLine(argc, argv);
   CLI11_PARSE(app, argc, argv);
   for (const auto& command : commands) {

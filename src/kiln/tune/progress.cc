@@ -151,7 +151,8 @@ void Progress::beginTrial(const std::string& route, const std::string& display,
     phase = state_.phase;
     if (style_ == ProgressStyle::kTerminal) drawLiveLine();
   }
-  nlohmann::json fields = {{"phase", phase}, {"index", done + 1}, {"total", total}, {"route", route}};
+  nlohmann::json fields = {
+      {"phase", phase}, {"index", done + 1}, {"total", total}, {"route", route}};
   if (gpu) fields["gpu"] = *gpu;
   event("trial_start", std::move(fields));
 }

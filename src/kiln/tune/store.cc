@@ -530,19 +530,31 @@ Result<TrialRecord> trialFromJson(const json& object) {
 
 const char* networkFilesystemName(int64_t statfsType) {
   switch (static_cast<uint32_t>(statfsType)) {
-    case NFS_SUPER_MAGIC: return "NFS";
-    case SMB_SUPER_MAGIC: return "SMB";
-    case CIFS_SUPER_MAGIC: return "CIFS/SMB";
-    case SMB2_SUPER_MAGIC: return "SMB2";
-    case V9FS_MAGIC: return "9P";
-    case CEPH_SUPER_MAGIC: return "CephFS";
+    case NFS_SUPER_MAGIC:
+      return "NFS";
+    case SMB_SUPER_MAGIC:
+      return "SMB";
+    case CIFS_SUPER_MAGIC:
+      return "CIFS/SMB";
+    case SMB2_SUPER_MAGIC:
+      return "SMB2";
+    case V9FS_MAGIC:
+      return "9P";
+    case CEPH_SUPER_MAGIC:
+      return "CephFS";
     case AFS_SUPER_MAGIC:
-    case AFS_FS_MAGIC: return "AFS";
-    case CODA_SUPER_MAGIC: return "Coda";
-    case NCP_SUPER_MAGIC: return "NCP";
-    case 0x0BD00BD0: return "Lustre";
-    case 0x47504653: return "GPFS";
-    default: return nullptr;
+    case AFS_FS_MAGIC:
+      return "AFS";
+    case CODA_SUPER_MAGIC:
+      return "Coda";
+    case NCP_SUPER_MAGIC:
+      return "NCP";
+    case 0x0BD00BD0:
+      return "Lustre";
+    case 0x47504653:
+      return "GPFS";
+    default:
+      return nullptr;
   }
 }
 

@@ -247,7 +247,7 @@ struct Study {
   std::vector<fs::path> inputFiles;  // one .npz per input set, in the work folder
   std::vector<std::vector<ir::Tensor>> references;
   bool generatedReferences = false;
-  json data;               // the header's description of the data
+  json data;                // the header's description of the data
   std::vector<Lane> lanes;  // at least one
 };
 
@@ -271,9 +271,9 @@ Result<std::vector<Lane>> lanesFor(const TuneOptions& options) {
     if (!visible.isOk()) return visible.status().withContext("--gpus " + options.gpus);
     names = std::move(*visible);
 #else
-    return Status(StatusCode::kUnsupported,
-                  fmt::format("--gpus {}: this kiln was built without the CUDA backend",
-                              options.gpus));
+    return Status(
+        StatusCode::kUnsupported,
+        fmt::format("--gpus {}: this kiln was built without the CUDA backend", options.gpus));
 #endif
   }
   std::vector<int> chosen;
@@ -867,10 +867,10 @@ Result<std::vector<ComparisonRecord>> runFinalistRound(
   }
   KILN_RETURN_IF_ERROR(writeFileAtomically(dir / "request.json", request.dump(1)));
   // On the first lane's GPU: interleaving is what makes the comparison fair.
-  KILN_ASSIGN_OR_RETURN(ChildOutcome child,
-                        runChild(study.executable, {"__trial", (dir / "request.json").string()},
-                                 dir / "log.txt", study.options.trialLimits, &stop, deadline,
-                                 study.lanes.front().environment));
+  KILN_ASSIGN_OR_RETURN(
+      ChildOutcome child,
+      runChild(study.executable, {"__trial", (dir / "request.json").string()}, dir / "log.txt",
+               study.options.trialLimits, &stop, deadline, study.lanes.front().environment));
   std::vector<ComparisonRecord> comparisons;
   if (child.kind == ChildOutcome::Kind::kStopped) {
     stopped = true;
@@ -1384,8 +1384,7 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
   const TrialRecord* baseRecord = findRecord(records, study.baseline);
   if (!interrupted && !outOfTime && eligible(baseRecord) && !store->header().count("control")) {
     say("control: the default route again{}, to measure the drift between trials{}\n",
-        study.lanes.size() > 1 ? " on every GPU" : "",
-        study.lanes.size() > 1 ? " and GPUs" : "");
+        study.lanes.size() > 1 ? " on every GPU" : "", study.lanes.size() > 1 ? " and GPUs" : "");
     progress.beginStep("control", "control trial (the default route again, for the drift)");
     std::vector<TrialJob> jobs;
     for (const Lane& lane : study.lanes) {
@@ -1444,8 +1443,8 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
     drift = std::abs(controlRecord->timing->summary.median - base) / base;
     say("control: default median {:.4f} ms, then {:.4f} ms{}: drift {:.2f}%{}\n", base,
         controlRecord->timing->summary.median,
-        otherControls.empty() ? "" : fmt::format(" (gpu {})", study.lanes.front().gpu),
-        100 * drift, otherControls.empty() ? ", the margin a gain must also clear" : "");
+        otherControls.empty() ? "" : fmt::format(" (gpu {})", study.lanes.front().gpu), 100 * drift,
+        otherControls.empty() ? ", the margin a gain must also clear" : "");
     json perGpu = json::array();
     for (const auto& [gpu, other] : otherControls) {
       if (!eligible(&other)) {

@@ -126,10 +126,10 @@ Result<std::vector<std::string>> visibleDeviceNames() {
   int count = 0;
   const cudaError_t error = cudaGetDeviceCount(&count);
   if (error != cudaSuccess || count == 0) {
-    return Status(StatusCode::kUnsupported,
-                  fmt::format("no CUDA device is visible ({})",
-                              error == cudaSuccess ? "the driver reports none"
-                                                   : cudaGetErrorString(error)));
+    return Status(
+        StatusCode::kUnsupported,
+        fmt::format("no CUDA device is visible ({})",
+                    error == cudaSuccess ? "the driver reports none" : cudaGetErrorString(error)));
   }
   std::vector<std::string> names;
   for (int ordinal = 0; ordinal < count; ++ordinal) {
