@@ -14,6 +14,7 @@ packages=(
   libopenblas-dev                     # BLAS tactic source of the CPU backend
   libdnnl-dev                         # oneDNN tactic source
   libsqlite3-dev                      # the tuner's result store
+  libpq-dev postgresql                # the shared store (PostgreSQL), and a server for its tests
   libgtest-dev libgmock-dev           # unit tests
   chromium poppler-utils              # the HTML report's test renders it and reads the page
 )

@@ -621,39 +621,45 @@ TEST_F(KilnTune, MixedSearchCombinesTheSignificantGains) {
 // --gpus: trials run at once, one per GPU, each process pinned to its GPU; the outcome is a
 // one-GPU run's. kiln_faulty pretends to have 4 GPUs (each trial still gets its
 // CUDA_VISIBLE_DEVICES and reports what it saw, which the tuner checks), so the scheduling is
-// tested here without one.
+// tested here without one. The "GPUs" are this machine's cores, shared: two lanes and one thread
+// per trial, so that trials running at once do not slow each other down (with a thread pool per
+// trial on 16 cores, three at once moved the default's median by 30%, more than any gain).
 TEST_F(KilnTune, TrialsOnSeveralGpusGiveTheOneGpuOutcome) {
   const std::string study = fmt::format(
       "tune {} --tune '-test.fault=[none|crash|wrong] -test.delay_a=* -test.delay_b=* "
-      "-cpu.conv.algo=[auto|direct]" KILN_NATIVE_NCHW_CONV "' --search mixed --trial-timeout 20 {}",
+      "-cpu.conv.algo=[auto|direct] -cpu.threads=1" KILN_NATIVE_NCHW_CONV
+      "' --search mixed --trial-timeout 20 {}",
       sample(), kQuickTiming);
   Outcome one = faulty(study + " --cache one.db");
   ASSERT_EQ(one.exitCode, 0) << one.out << one.err;
-  Outcome three = faulty(study + " --cache three.db --gpus 1,2,3 --json-progress");
-  ASSERT_EQ(three.exitCode, 0) << three.out << three.err;
+  Outcome two = faulty(study + " --cache two.db --gpus 1,3 --json-progress");
+  ASSERT_EQ(two.exitCode, 0) << two.out << two.err;
 
   // The same routes with the same statuses, and the same winner.
   const auto oneTrials = recorded(dir_ / "one.db");
-  const auto threeTrials = recorded(dir_ / "three.db");
+  const auto twoTrials = recorded(dir_ / "two.db");
   ASSERT_EQ(oneTrials.size(), 7u) << one.out;  // 6 in phase one, both delays off in phase two
-  EXPECT_EQ(statusesByRoute(threeTrials), statusesByRoute(oneTrials)) << three.out;
-  for (size_t i = 0; i < threeTrials.size(); ++i) EXPECT_EQ(threeTrials[i].iteration, int64_t(i));
-  EXPECT_NE(one.out.find("winner: " + kDelaysOff), std::string::npos) << one.out;
-  EXPECT_EQ(json::parse(headerOf(dir_ / "three.db").at("decision")).at("winner"), kDelaysOff);
+  EXPECT_EQ(statusesByRoute(twoTrials), statusesByRoute(oneTrials)) << two.out;
+  for (size_t i = 0; i < twoTrials.size(); ++i) EXPECT_EQ(twoTrials[i].iteration, int64_t(i));
+  const json winner = json::parse(headerOf(dir_ / "one.db").at("decision")).at("winner");
+  EXPECT_NE(winner.get<std::string>().find("-test.delay_a=off -test.delay_b=off"),
+            std::string::npos)
+      << one.out;
+  EXPECT_EQ(json::parse(headerOf(dir_ / "two.db").at("decision")).at("winner"), winner);
 
   // Every GPU was used, never by two trials at once, and several ran together.
   std::map<int, int> running;  // gpu -> trials running on it
   std::set<int> used;
   size_t mostAtOnce = 0, atOnce = 0;
   bool sawControl = false;
-  std::istringstream stream(three.out);
+  std::istringstream stream(two.out);
   for (std::string line; std::getline(stream, line);) {
     const json event = json::parse(line, nullptr, false);
     ASSERT_FALSE(event.is_discarded()) << line;
     if (event["event"] == "trial_start") {
       ASSERT_TRUE(event.contains("gpu")) << line;
       const int gpu = event["gpu"].get<int>();
-      EXPECT_TRUE(gpu >= 1 && gpu <= 3) << line;
+      EXPECT_TRUE(gpu == 1 || gpu == 3) << line;
       EXPECT_EQ(running[gpu]++, 0) << "two trials at once on GPU " << gpu;
       used.insert(gpu);
       mostAtOnce = std::max(mostAtOnce, ++atOnce);
@@ -662,16 +668,16 @@ TEST_F(KilnTune, TrialsOnSeveralGpusGiveTheOneGpuOutcome) {
       EXPECT_EQ(--running[event["gpu"].get<int>()], 0) << line;
       --atOnce;
     } else if (event["event"] == "control") {
-      // The default measured again on the other two GPUs, for the drift between GPUs.
+      // The default measured again on the other GPU, for the drift between GPUs.
       sawControl = true;
       ASSERT_TRUE(event.contains("other_gpus")) << line;
-      EXPECT_EQ(event["other_gpus"].size(), 2u) << line;
+      EXPECT_EQ(event["other_gpus"].size(), 1u) << line;
     }
   }
-  EXPECT_EQ(used, (std::set<int>{1, 2, 3}));
-  EXPECT_EQ(mostAtOnce, 3u);
-  EXPECT_TRUE(sawControl) << three.out;
-  EXPECT_TRUE(headerOf(dir_ / "three.db").count("control_other_gpus"));
+  EXPECT_EQ(used, (std::set<int>{1, 3}));
+  EXPECT_EQ(mostAtOnce, 2u);
+  EXPECT_TRUE(sawControl) << two.out;
+  EXPECT_TRUE(headerOf(dir_ / "two.db").count("control_other_gpus"));
 
   // GPUs that are not there, or named twice, are refused before anything runs; so is --gpus
   // for the CPU backend, whose trials would share the cores they time.
