@@ -1373,7 +1373,7 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
     return status;
   };
 
-  say("phase one: {} routes\n", phaseOne.size());
+  say("phase one: {} route{}\n", phaseOne.size(), phaseOne.size() == 1 ? "" : "s");
   KILN_RETURN_IF_ERROR(runPhase(phaseOne, 1));
 
   // The control: the default route measured again after phase one, in a trial of its own. How
@@ -1475,7 +1475,8 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
   SecondPhase second;
   if (options.search == SearchMode::kMixed && !interrupted && !outOfTime) {
     second = planSecondPhase(study.expression, records, drift, options.mixedMinGain);
-    say("phase two: {} routes over {}{}\n", second.routes.size(),
+    say("phase two: {} route{} over {}{}\n", second.routes.size(),
+        second.routes.size() == 1 ? "" : "s",
         second.knobs.empty() ? "no knobs" : fmt::format("{}", fmt::join(second.knobs, " ")),
         second.note.empty() ? "" : " (" + second.note + ")");
     progress.event(
