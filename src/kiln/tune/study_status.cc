@@ -69,27 +69,8 @@ Result<json> describeStudy(const TuneStore& store) {
   };
   const TrialRecord* base = find(baseline);
 
-  // The drift, as the tuner computes it: the largest move of the default's median in the control
-  // trials (one per GPU with --gpus).
-  std::optional<double> drift;
-  if (eligibleRecord(base) && header.count("control")) {
-    std::vector<TrialRecord> controls;
-    auto control = trialFromJson(json::parse(header.at("control"), nullptr, false));
-    if (control.isOk()) controls.push_back(*control);
-    if (header.count("control_other_gpus")) {
-      const json others = json::parse(header.at("control_other_gpus"), nullptr, false);
-      for (const json& other : others.is_array() ? others : json::array()) {
-        auto parsed = trialFromJson(other);
-        if (parsed.isOk()) controls.push_back(*parsed);
-      }
-    }
-    const double median = base->timing->summary.median;
-    for (const TrialRecord& c : controls) {
-      if (!eligibleRecord(&c)) continue;
-      const double move = std::abs(c.timing->summary.median - median) / median;
-      drift = std::max(drift.value_or(0.0), move);
-    }
-  }
+  // The drift, as the tuner computes it.
+  const std::optional<double> drift = controlDrift(base, controlTrials(header));
 
   // The phases: phase one from the expression; mixed's phase two once phase one is complete,
   // planned from the measurements as the tuner plans it.

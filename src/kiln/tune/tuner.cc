@@ -1005,6 +1005,36 @@ fs::path manifestPathFor(const fs::path& engine) {
 
 }  // namespace
 
+ControlTrials controlTrials(const std::map<std::string, std::string>& header) {
+  ControlTrials controls;
+  if (auto it = header.find("control"); it != header.end()) {
+    auto parsed = trialFromJson(json::parse(it->second, nullptr, false));
+    if (parsed.isOk()) controls.first = *parsed;
+  }
+  if (auto it = header.find("control_other_gpus"); it != header.end()) {
+    const json others = json::parse(it->second, nullptr, false);
+    for (const json& other : others.is_array() ? others : json::array()) {
+      auto parsed = trialFromJson(other);
+      if (parsed.isOk()) controls.others.emplace_back(other.value("gpu", -1), *parsed);
+    }
+  }
+  return controls;
+}
+
+std::optional<double> controlDrift(const TrialRecord* baseline, const ControlTrials& controls) {
+  auto completed = [](const TrialRecord* r) {
+    return r && r->status == TrialStatus::kOk && r->timing.has_value();
+  };
+  if (!completed(baseline) || !controls.first || !completed(&*controls.first)) return std::nullopt;
+  const double base = baseline->timing->summary.median;
+  double drift = std::abs(controls.first->timing->summary.median - base) / base;
+  for (const auto& [gpu, other] : controls.others) {
+    if (completed(&other))
+      drift = std::max(drift, std::abs(other.timing->summary.median - base) / base);
+  }
+  return drift;
+}
+
 Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
   const auto started = Clock::now();
   const Clock::time_point deadline =
@@ -1425,26 +1455,17 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
           store->setHeaderField("control", toJson(controls.at("control").record).dump()));
     }
   }
-  std::optional<TrialRecord> controlRecord;
-  std::vector<std::pair<int, TrialRecord>> otherControls;  // (gpu, trial)
-  if (store->header().count("control")) {
-    auto parsed = trialFromJson(json::parse(store->header().at("control"), nullptr, false));
-    if (parsed.isOk()) controlRecord = *parsed;
-  }
-  if (store->header().count("control_other_gpus")) {
-    const json others = json::parse(store->header().at("control_other_gpus"), nullptr, false);
-    for (const json& other : others.is_array() ? others : json::array()) {
-      auto parsed = trialFromJson(other);
-      if (parsed.isOk()) otherControls.emplace_back(other.value("gpu", -1), *parsed);
-    }
-  }
-  if (controlRecord && eligible(&*controlRecord) && eligible(baseRecord)) {
+  const ControlTrials controls = controlTrials(store->header());
+  const std::optional<TrialRecord>& controlRecord = controls.first;
+  const auto& otherControls = controls.others;
+  if (const std::optional<double> measured = controlDrift(baseRecord, controls)) {
+    drift = *measured;
     const double base = baseRecord->timing->summary.median;
-    drift = std::abs(controlRecord->timing->summary.median - base) / base;
+    const double firstMove = std::abs(controlRecord->timing->summary.median - base) / base;
     say("control: default median {:.4f} ms, then {:.4f} ms{}: drift {:.2f}%{}\n", base,
         controlRecord->timing->summary.median,
-        otherControls.empty() ? "" : fmt::format(" (gpu {})", study.lanes.front().gpu), 100 * drift,
-        otherControls.empty() ? ", the margin a gain must also clear" : "");
+        otherControls.empty() ? "" : fmt::format(" (gpu {})", study.lanes.front().gpu),
+        100 * firstMove, otherControls.empty() ? ", the margin a gain must also clear" : "");
     json perGpu = json::array();
     for (const auto& [gpu, other] : otherControls) {
       if (!eligible(&other)) {
@@ -1452,11 +1473,10 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
             trialStatusName(other.status), other.message);
         continue;
       }
-      const double gpuDrift = std::abs(other.timing->summary.median - base) / base;
       say("control: default median {:.4f} ms on gpu {}: {:.2f}% from the first trial\n",
-          other.timing->summary.median, gpu, 100 * gpuDrift);
+          other.timing->summary.median, gpu,
+          100 * std::abs(other.timing->summary.median - base) / base);
       perGpu.push_back({{"gpu", gpu}, {"control_median_ms", other.timing->summary.median}});
-      drift = std::max(drift, gpuDrift);
     }
     if (!otherControls.empty()) {
       say("control: drift {:.2f}% between trials and GPUs, the margin a gain must also clear\n",

@@ -9,6 +9,8 @@
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -101,6 +103,19 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop);
 // mixed: its fast phase), in order, as canonical texts with the baseline first.
 Result<std::vector<std::string>> firstPhaseRoutes(const knobs::RouteExpression& expression,
                                                   SearchMode mode);
+
+// The control trials a study's header records: the default route measured again after phase
+// one ("control"), and with --gpus on each other GPU ("control_other_gpus", as (gpu, trial)).
+// Unreadable entries are left out.
+struct ControlTrials {
+  std::optional<TrialRecord> first;
+  std::vector<std::pair<int, TrialRecord>> others;
+};
+ControlTrials controlTrials(const std::map<std::string, std::string>& header);
+// The drift a gain must clear (see significantlyFaster): the largest relative move of the
+// default's median in the completed controls; none unless the default and the first control
+// both completed. The tuner plans phase two with it, and `kiln status` re-plans with it.
+std::optional<double> controlDrift(const TrialRecord* baseline, const ControlTrials& controls);
 
 // Mixed search's second phase: the product over the knobs whose one-off change was a
 // significant gain (each such knob at its baseline value or one of its significant values),
