@@ -42,10 +42,6 @@ std::string headerText(const std::map<std::string, std::string>& header, const s
   return it == header.end() ? "" : it->second;
 }
 
-bool eligibleRecord(const TrialRecord* r) {
-  return r && r->status == TrialStatus::kOk && r->timing.has_value();
-}
-
 }  // namespace
 
 Result<json> describeStudy(const TuneStore& store) {
@@ -98,14 +94,13 @@ Result<json> describeStudy(const TuneStore& store) {
   json best = nullptr;
   const TrialRecord* fastest = nullptr;
   for (const auto& r : records) {
-    if (eligibleRecord(&r) &&
-        (!fastest || r.timing->summary.median < fastest->timing->summary.median)) {
+    if (eligible(&r) && (!fastest || r.timing->summary.median < fastest->timing->summary.median)) {
       fastest = &r;
     }
   }
   if (fastest) {
     best = {{"route", fastest->route}, {"median_ms", fastest->timing->summary.median}};
-    if (eligibleRecord(base)) {
+    if (eligible(base)) {
       best["speedup"] = base->timing->summary.median / fastest->timing->summary.median;
       best["significant"] = fastest != base && significantlyFaster(*fastest->timing, *base->timing,
                                                                    drift.value_or(0.0));

@@ -761,11 +761,11 @@ const TrialRecord* findRecord(const std::vector<TrialRecord>& records, const std
   return nullptr;
 }
 
+}  // namespace
+
 bool eligible(const TrialRecord* record) {
   return record && record->status == TrialStatus::kOk && record->timing.has_value();
 }
-
-}  // namespace
 
 SecondPhase planSecondPhase(const knobs::RouteExpression& expression,
                             const std::vector<TrialRecord>& records, double drift, double minGain) {
@@ -1022,14 +1022,11 @@ ControlTrials controlTrials(const std::map<std::string, std::string>& header) {
 }
 
 std::optional<double> controlDrift(const TrialRecord* baseline, const ControlTrials& controls) {
-  auto completed = [](const TrialRecord* r) {
-    return r && r->status == TrialStatus::kOk && r->timing.has_value();
-  };
-  if (!completed(baseline) || !controls.first || !completed(&*controls.first)) return std::nullopt;
+  if (!eligible(baseline) || !controls.first || !eligible(&*controls.first)) return std::nullopt;
   const double base = baseline->timing->summary.median;
   double drift = std::abs(controls.first->timing->summary.median - base) / base;
   for (const auto& [gpu, other] : controls.others) {
-    if (completed(&other))
+    if (eligible(&other))
       drift = std::max(drift, std::abs(other.timing->summary.median - base) / base);
   }
   return drift;

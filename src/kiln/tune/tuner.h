@@ -104,6 +104,9 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop);
 Result<std::vector<std::string>> firstPhaseRoutes(const knobs::RouteExpression& expression,
                                                   SearchMode mode);
 
+// A trial that ran and met the accuracy threshold: a candidate (ok, with a timing).
+bool eligible(const TrialRecord* record);
+
 // The control trials a study's header records: the default route measured again after phase
 // one ("control"), and with --gpus on each other GPU ("control_other_gpus", as (gpu, trial)).
 // Unreadable entries are left out.
