@@ -8,6 +8,9 @@
 //   -test.fault=noresult  exits 0 without writing its result
 //   -test.fault=wrong     reports outputs negated and shifted (accuracy must fail)
 //   -test.fault=nan       reports a NaN in the first output (accuracy must fail)
+//   -test.fault=slow      sleeps 3 s after the build, then runs normally (time to kill its worker)
+//   -test.fault=killworker  SIGKILLs the process that started the trial (a `kiln worker` lost
+//                         mid-trial, every time), then waits to die with it
 //   -test.delay_a=on      4 ms added to every run (the default: turning it off is a gain)
 //   -test.delay_b=on      likewise, independently
 //
@@ -33,7 +36,7 @@ using kiln::knobs::KnobKind;
 const kiln::knobs::Knob kFault = kiln::knobs::declareKnob({
     .name = "test.fault",
     .kind = KnobKind::kEnum,
-    .choices = {"none", "crash", "hang", "oom", "noresult", "wrong", "nan"},
+    .choices = {"none", "crash", "hang", "oom", "noresult", "wrong", "nan", "slow", "killworker"},
     .defaultValue = "none",
     .help = "test builds only: make this route's trial fail in the named way",
     .backends = {"cpu"},
@@ -70,6 +73,11 @@ void afterBuild(const kiln::knobs::Route& route) {
       hoard.back()[0] = 1;
       sink = sink + hoard.back()[0];
     }
+  } else if (fault == "slow") {
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+  } else if (fault == "killworker") {
+    ::kill(::getppid(), SIGKILL);
+    while (true) ::pause();  // PDEATHSIG ends this process with its parent
   } else if (fault == "noresult") {
     std::fflush(nullptr);
     ::_exit(0);

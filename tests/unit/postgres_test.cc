@@ -7,9 +7,11 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <string>
 
 #include "kiln/tune/postgres.h"
+#include "postgres/test_server.h"
 
 namespace {
 
@@ -22,31 +24,21 @@ class PostgresTest : public ::testing::Test {
     char pattern[] = "/tmp/kiln-pg-XXXXXX";
     ASSERT_NE(::mkdtemp(pattern), nullptr);
     dir_ = pattern;
-    const std::string command =
-        std::string("'") + KILN_PG_SERVER_SCRIPT + "' start '" + dir_.string() + "' 2>&1";
-    FILE* out = ::popen(command.c_str(), "r");
-    ASSERT_NE(out, nullptr);
-    std::array<char, 512> buffer{};
-    std::string text;
-    while (std::fgets(buffer.data(), buffer.size(), out)) text += buffer.data();
-    const int status = ::pclose(out);
-    ASSERT_EQ(status, 0) << "the test server did not start: " << text;
-    while (!text.empty() && text.back() == '\n') text.pop_back();
-    uri_ = text.substr(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1);
-    started_ = true;
+    server_ = std::make_unique<kiln::testing::PgTestServer>(dir_);
+    ASSERT_TRUE(server_->started()) << server_->error();
+    uri_ = server_->uri();
   }
   void TearDown() override {
-    if (started_) {
-      const std::string command =
-          std::string("'") + KILN_PG_SERVER_SCRIPT + "' stop '" + dir_.string() + "'";
-      EXPECT_EQ(std::system(command.c_str()), 0);
+    if (server_) {
+      EXPECT_TRUE(server_->stop());
     }
+    server_.reset();
     fs::remove_all(dir_);
   }
 
   fs::path dir_;
   std::string uri_;
-  bool started_ = false;
+  std::unique_ptr<kiln::testing::PgTestServer> server_;
 };
 
 TEST(PostgresUri, RecognisedAndRedacted) {

@@ -31,6 +31,7 @@ Command addExplainCommand(CLI::App& app);
 Command addVerifyCommand(CLI::App& app);
 Command addStatusCommand(CLI::App& app);
 Command addBestCommand(CLI::App& app);
+Command addWorkerCommand(CLI::App& app);
 
 // The command line as the user typed it (set by main), recorded in tuning caches.
 const std::string& commandLine();

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   commands.push_back(kiln::cli::addVerifyCommand(app));
   commands.push_back(kiln::cli::addStatusCommand(app));
   commands.push_back(kiln::cli::addBestCommand(app));
+  commands.push_back(kiln::cli::addWorkerCommand(app));
   kiln::cli::setCommandLine(argc, argv);
   CLI11_PARSE(app, argc, argv);
   for (const auto& command : commands) {

@@ -13,6 +13,7 @@
 #include "kiln/tune/store.h"
 #include "kiln/tune/trial.h"
 #include "kiln/tune/tuner.h"
+#include "kiln/tune/worker.h"
 
 namespace kiln::cli {
 
@@ -198,6 +199,16 @@ Command addTuneCommand(CLI::App& app) {
                   "the result store (SQLite); every completed trial is kept there, so the run "
                   "can be continued");
   sub->add_flag("--continue", o.resume, "continue the run recorded in --cache");
+  sub->add_option("--store", o.store,
+                  "a PostgreSQL store shared by workers on many machines (postgresql://...): "
+                  "the study goes there and `kiln worker`s run its trials");
+  sub->add_flag("--submit", o.submit,
+                "with --store: queue the study and return (otherwise this process works on it "
+                "until it is decided)");
+  sub->add_option("--max-attempts", o.maxAttempts,
+                  "with --store: claims of one trial (its worker lost each time) before it is "
+                  "recorded as failing")
+      ->default_val(3);
   sub->add_option("--gpus", o.gpus,
                   "cuda: run trials on these GPUs at once, one per GPU: 'all' or '0,1,3' "
                   "(default: one trial at a time on the first GPU)");
@@ -262,6 +273,52 @@ Command addTuneCommand(CLI::App& app) {
   return {sub, [flags, sub] {
             // The command line is part of the cache's header, for the record.
             return runTuneCommand(*flags, *sub);
+          }};
+}
+
+Command addWorkerCommand(CLI::App& app) {
+  auto options = std::make_shared<tune::WorkerOptions>();
+  CLI::App* sub = app.add_subcommand(
+      "worker", "Run the trials of studies queued in a PostgreSQL store (kiln tune --submit)");
+  sub->add_option("--store", options->store, "the store: postgresql://...")->required();
+  options->backend = "cpu";
+  sub->add_option("--backend", options->backend, "the studies it takes: cpu or cuda (default cpu)");
+  sub->add_option("--gpus", options->gpus,
+                  "cuda: one trial at a time on each of these GPUs: 'all' or '0,1,3' (default: "
+                  "the first GPU)");
+  sub->add_option("--exit-when-idle", options->exitWhenIdleSeconds,
+                  "exit once nothing it could take is queued or running for this many seconds "
+                  "(default: wait for work forever)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--lease", options->leaseSeconds,
+                  "seconds a claimed trial stays this worker's without a heartbeat; a worker "
+                  "that dies loses its trials after this long")
+      ->default_val(60)
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--poll", options->pollSeconds, "seconds between looks for work when idle")
+      ->default_val(2)
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--study", options->onlyStudy, "take trials of this study only");
+  sub->add_option("--work-dir", options->workRoot,
+                  "where the studies' models, data and trial folders go (default: "
+                  "/tmp/kiln-worker-<uid>)");
+  sub->add_flag("--quiet", options->quiet, "print nothing but errors");
+  sub->footer(
+      "Exit codes: 0 idle for --exit-when-idle, 1 bad input, 3 internal error, 130 stopped by a "
+      "signal (the trial in flight goes back to the queue).");
+  return {sub, [options] {
+            struct sigaction action {};
+            action.sa_handler = onStopSignal;
+            sigemptyset(&action.sa_mask);
+            ::sigaction(SIGINT, &action, nullptr);
+            ::sigaction(SIGTERM, &action, nullptr);
+            try {
+              auto result = tune::runWorker(*options, gStopRequested);
+              if (!result.isOk()) return reportError(result.status());
+              return *result;
+            } catch (const std::filesystem::filesystem_error& e) {
+              return reportError(ioError("{}", e.what()));
+            }
           }};
 }
 

@@ -194,34 +194,6 @@ Result<std::optional<TrialTiming>> timingFromJson(const json& object) {
   return std::optional<TrialTiming>(std::move(timing));
 }
 
-json comparisonToJson(const ComparisonRecord& record) {
-  const PairedComparison& c = record.comparison;
-  return {{"route", record.route},
-          {"pairs", c.pairs},
-          {"ratio_median", encodeDouble(c.ratioMedian)},
-          {"ratio_low", encodeDouble(c.ratioLow)},
-          {"ratio_high", encodeDouble(c.ratioHigh)},
-          {"confidence", encodeDouble(c.confidence)},
-          {"candidate_samples", encodeDoubles(record.candidateSamples)},
-          {"baseline_samples", encodeDoubles(record.baselineSamples)}};
-}
-
-Result<ComparisonRecord> comparisonFromJson(const json& object) {
-  if (!object.is_object()) return invalidInput("comparison is not an object");
-  ComparisonRecord record;
-  PairedComparison& c = record.comparison;
-  Status status = readString(object, "route", record.route);
-  if (status.isOk()) status = readInt32(object, "pairs", c.pairs);
-  if (status.isOk()) status = readDouble(object, "ratio_median", c.ratioMedian);
-  if (status.isOk()) status = readDouble(object, "ratio_low", c.ratioLow);
-  if (status.isOk()) status = readDouble(object, "ratio_high", c.ratioHigh);
-  if (status.isOk()) status = readDouble(object, "confidence", c.confidence);
-  if (status.isOk()) status = readDoubles(object, "candidate_samples", record.candidateSamples);
-  if (status.isOk()) status = readDoubles(object, "baseline_samples", record.baselineSamples);
-  KILN_RETURN_IF_ERROR(status);
-  return record;
-}
-
 // ---------------------------------------------------------------------------------------------
 // SQLite helpers.
 
@@ -522,6 +494,34 @@ Result<TrialRecord> trialFromJson(const json& object) {
   KILN_RETURN_IF_ERROR(readString(object, "engine_path", record.enginePath));
   KILN_RETURN_IF_ERROR(readString(object, "engine_hash", record.engineHash));
   KILN_RETURN_IF_ERROR(readString(object, "finished_at", record.finishedAt));
+  return record;
+}
+
+json toJson(const ComparisonRecord& record) {
+  const PairedComparison& c = record.comparison;
+  return {{"route", record.route},
+          {"pairs", c.pairs},
+          {"ratio_median", encodeDouble(c.ratioMedian)},
+          {"ratio_low", encodeDouble(c.ratioLow)},
+          {"ratio_high", encodeDouble(c.ratioHigh)},
+          {"confidence", encodeDouble(c.confidence)},
+          {"candidate_samples", encodeDoubles(record.candidateSamples)},
+          {"baseline_samples", encodeDoubles(record.baselineSamples)}};
+}
+
+Result<ComparisonRecord> comparisonFromJson(const json& object) {
+  if (!object.is_object()) return invalidInput("comparison is not an object");
+  ComparisonRecord record;
+  PairedComparison& c = record.comparison;
+  Status status = readString(object, "route", record.route);
+  if (status.isOk()) status = readInt32(object, "pairs", c.pairs);
+  if (status.isOk()) status = readDouble(object, "ratio_median", c.ratioMedian);
+  if (status.isOk()) status = readDouble(object, "ratio_low", c.ratioLow);
+  if (status.isOk()) status = readDouble(object, "ratio_high", c.ratioHigh);
+  if (status.isOk()) status = readDouble(object, "confidence", c.confidence);
+  if (status.isOk()) status = readDoubles(object, "candidate_samples", record.candidateSamples);
+  if (status.isOk()) status = readDoubles(object, "baseline_samples", record.baselineSamples);
+  KILN_RETURN_IF_ERROR(status);
   return record;
 }
 
@@ -833,7 +833,7 @@ Status TuneStore::setComparisons(const std::vector<ComparisonRecord>& comparison
     }
     Statement insert(db_, path_, "INSERT INTO comparisons(route, record) VALUES(?1, ?2)");
     insert.bind(1, record.route);
-    insert.bind(2, dumpJson(comparisonToJson(record)));
+    insert.bind(2, dumpJson(toJson(record)));
     KILN_RETURN_IF_ERROR(insert.run());
   }
   return transaction.commit();
@@ -853,7 +853,7 @@ Result<std::string> TuneStore::exportJsonLines() const {
   std::string out = dumpJson(json{{"header", header}}) + "\n";
   for (const TrialRecord& trial : trials) out += dumpJson(toJson(trial)) + "\n";
   for (const ComparisonRecord& comparison : comparisons) {
-    out += dumpJson(json{{"comparison", comparisonToJson(comparison)}}) + "\n";
+    out += dumpJson(json{{"comparison", toJson(comparison)}}) + "\n";
   }
   return out;
 }

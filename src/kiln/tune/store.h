@@ -56,6 +56,8 @@ struct ComparisonRecord {
 
 nlohmann::json toJson(const TrialRecord& record);
 Result<TrialRecord> trialFromJson(const nlohmann::json& json);
+nlohmann::json toJson(const ComparisonRecord& record);
+Result<ComparisonRecord> comparisonFromJson(const nlohmann::json& json);
 
 // The name of a network filesystem ("NFS", "CIFS/SMB", "9P", "Lustre", ...) from statfs's
 // f_type, or nullptr for a local (or unrecognised) one.
@@ -64,7 +66,29 @@ const char* networkFilesystemName(int64_t statfsType);
 // (the SQLite documentation warns against it), so the embedded store stays on a local disk.
 Status checkLocalFilesystem(const std::filesystem::path& path);
 
-class TuneStore {
+// What the tuner, `kiln status` and `kiln best` need of a study's store: its header, its trials
+// and its finalist round. Two stores implement it: TuneStore (SQLite, one file, the embedded
+// default) and pg::StudyStore (one study in a PostgreSQL database shared by many workers,
+// src/kiln/tune/pg_store.h). Every write is durable when it returns.
+class ResultStore {
+ public:
+  virtual ~ResultStore() = default;
+  // Where the store is, for messages: the file, or the redacted URI and the study.
+  virtual std::string where() const = 0;
+  virtual const std::map<std::string, std::string>& header() const = 0;
+  // Sets (or replaces) one header field durably, e.g. the decision once the run is finished.
+  virtual Status setHeaderField(const std::string& key, const std::string& value) = 0;
+  // Every completed trial, by iteration.
+  virtual Result<std::vector<TrialRecord>> trials() const = 0;
+  // Appends a trial durably. A route recorded twice or an iteration out of order is an internal
+  // error.
+  virtual Status addTrial(const TrialRecord& record) = 0;
+  virtual Result<std::vector<ComparisonRecord>> comparisons() const = 0;
+  // Replaces every comparison (the finalist round is redone as a whole when resumed).
+  virtual Status setComparisons(const std::vector<ComparisonRecord>& comparisons) = 0;
+};
+
+class TuneStore final : public ResultStore {
  public:
   // Creates a new store at `path` with the header fields (key -> value, e.g. "model_hash").
   // Refuses to overwrite an existing file.
@@ -79,19 +103,16 @@ class TuneStore {
   ~TuneStore();
 
   const std::filesystem::path& path() const { return path_; }
-  const std::map<std::string, std::string>& header() const { return header_; }
-  // Sets (or replaces) one header field durably, e.g. the decision once the run is finished.
-  Status setHeaderField(const std::string& key, const std::string& value);
+  std::string where() const override { return path_.string(); }
+  const std::map<std::string, std::string>& header() const override { return header_; }
+  Status setHeaderField(const std::string& key, const std::string& value) override;
 
-  // Every completed trial, by iteration.
-  Result<std::vector<TrialRecord>> trials() const;
-  // Appends a trial durably (committed and synced when this returns). A route recorded twice or
-  // an iteration out of order is an internal error.
-  Status addTrial(const TrialRecord& record);
+  Result<std::vector<TrialRecord>> trials() const override;
+  // Committed and synced when this returns.
+  Status addTrial(const TrialRecord& record) override;
 
-  Result<std::vector<ComparisonRecord>> comparisons() const;
-  // Replaces every comparison (the finalist round is redone as a whole when resumed).
-  Status setComparisons(const std::vector<ComparisonRecord>& comparisons);
+  Result<std::vector<ComparisonRecord>> comparisons() const override;
+  Status setComparisons(const std::vector<ComparisonRecord>& comparisons) override;
 
   // The header, every trial, then every comparison, one JSON object a line
   // (`kiln cache export --jsonl`).

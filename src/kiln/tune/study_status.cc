@@ -44,14 +44,15 @@ std::string headerText(const std::map<std::string, std::string>& header, const s
 
 }  // namespace
 
-Result<json> describeStudy(const TuneStore& store) {
+Result<json> describeStudy(const ResultStore& store, const std::optional<std::string>& running,
+                           const json& queue) {
   const auto& header = store.header();
   const json study = json::parse(headerText(header, "study"), nullptr, false);
   if (!study.is_object()) {
-    return invalidInput("{}: the header has no readable study", store.path().string());
+    return invalidInput("{}: the header has no readable study", store.where());
   }
   TuneOptions options;
-  KILN_RETURN_IF_ERROR(options.restoreStudy(study).withContext(store.path().string()));
+  KILN_RETURN_IF_ERROR(options.restoreStudy(study).withContext(store.where()));
   KILN_ASSIGN_OR_RETURN(knobs::RouteExpression expression,
                         knobs::parseRouteExpression(options.expression));
   const std::string baseline = expression.pinned.canonicalText();
@@ -107,14 +108,13 @@ Result<json> describeStudy(const TuneStore& store) {
     }
   }
 
-  const std::optional<std::string> running = runningTuner(store.path());
   json decision = nullptr;
   if (header.count("decision")) {
     decision = json::parse(header.at("decision"), nullptr, false);
     if (decision.is_discarded()) decision = nullptr;
   }
   return json{
-      {"cache", store.path().string()},
+      {"cache", store.where()},
       {"model",
        {{"path", headerText(header, "model_path")}, {"hash", headerText(header, "model_hash")}}},
       {"backend", options.backend},
@@ -124,6 +124,7 @@ Result<json> describeStudy(const TuneStore& store) {
       {"created_at", headerText(header, "created_at")},
       {"finished_at", header.count("finished_at") ? json(header.at("finished_at")) : json(nullptr)},
       {"running_pid", running ? json(*running) : json(nullptr)},
+      {"queue", queue},
       {"phases", phases},
       {"trials", records.size()},
       {"by_status", byStatus},
@@ -143,7 +144,23 @@ std::string studyText(const json& s) {
     text += fmt::format(", finished {}", s.at("finished_at").get<std::string>());
   }
   text += "\n";
-  if (!s.at("running_pid").is_null()) {
+  const json& queue = s.value("queue", json(nullptr));
+  if (!queue.is_null()) {
+    // A study in a PostgreSQL store: its work queue and the workers on it now.
+    text += fmt::format("  queue: {} queued, {} running, {} done, {} failed after {} attempts\n",
+                        queue.at("queued").get<int64_t>(), queue.at("running").get<int64_t>(),
+                        queue.at("done").get<int64_t>(), queue.at("failed").get<int64_t>(),
+                        queue.at("max_attempts").get<int64_t>());
+    for (const json& item : queue.at("running_items")) {
+      text +=
+          fmt::format("    {} {} on worker {} (attempt {})\n", item.at("kind").get<std::string>(),
+                      shown(item.at("route").get<std::string>()),
+                      item.at("worker").get<std::string>(), item.at("attempts").get<int64_t>());
+    }
+    if (queue.at("target").is_null()) {
+      text += "  target: not bound yet (the first worker to take a trial binds it)\n";
+    }
+  } else if (!s.at("running_pid").is_null()) {
     text +=
         fmt::format("  running now: kiln tune, pid {}\n", s.at("running_pid").get<std::string>());
   } else if (s.at("finished_at").is_null()) {

@@ -19,15 +19,19 @@ namespace kiln::tune {
 std::optional<std::string> runningTuner(const std::filesystem::path& cache);
 
 // The study in `store`, as JSON:
-//   cache, model {path, hash}, backend, search, expression, default_route, created_at,
-//   finished_at (null while unfinished), running_pid (null when no tuner holds it),
+//   cache (where the store is), model {path, hash}, backend, search, expression, default_route,
+//   created_at, finished_at (null while unfinished), running_pid (`running`: the pid of a
+//   tuner holding a SQLite store's work folder, else null), queue (`queue`: a PostgreSQL
+//   study's work queue, see pg::StudyStore::queueJson; null for SQLite),
 //   phases: [{phase, routes (null: not planned yet), done}],
 //   trials, by_status {status: count}, drift (null before the control trial),
 //   best_so_far: {route, median_ms, speedup, significant} among eligible routes (null: none),
 //   decision (null until the run decides).
 // Phase totals are recomputed from the recorded expression and measurements exactly as the tuner
 // plans them.
-Result<nlohmann::json> describeStudy(const TuneStore& store);
+Result<nlohmann::json> describeStudy(const ResultStore& store,
+                                     const std::optional<std::string>& running,
+                                     const nlohmann::json& queue = nullptr);
 
 // Human text for describeStudy's JSON.
 std::string studyText(const nlohmann::json& study);

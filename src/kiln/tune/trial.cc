@@ -340,7 +340,38 @@ Result<json> runInterleaveRequest(const json& request) {
   const TimingSettings timing = timingFromJson(request.at("timing"));
   std::vector<LoadedEngine> engines;
   std::vector<knobs::Route> routes;
-  for (const json& path : request.at("engines")) {
+  if (request.contains("routes")) {
+    // No engine files here (a worker of a shared store, the trials ran elsewhere): each route's
+    // engine is built again in this process, the default's first.
+    onnx::ImportOptions importOptions;
+    KILN_ASSIGN_OR_RETURN(importOptions.inputShapes,
+                          onnx::parseShapeSpec(request.at("shapes").get<std::string>()));
+    for (const json& routeText : request.at("routes")) {
+      auto built = [&]() -> Result<LoadedEngine> {
+        KILN_ASSIGN_OR_RETURN(
+            onnx::Model imported,
+            onnx::importModel(request.at("model").get<std::string>(), importOptions));
+        BuilderConfig config;
+        KILN_RETURN_IF_ERROR(config.setBuildRoute(routeText.get<std::string>()));
+        KILN_ASSIGN_OR_RETURN(CpuBuild build, buildCpu(std::move(imported.graph), config));
+        LoadedEngine engine;
+        engine.route = config.getBuildRoute();
+        engine.plan = std::move(build.plan);
+        return engine;
+      }();
+      if (!built.isOk()) {
+        return json{{"status", "build-error"},
+                    {"message", built.status()
+                                    .withContext(fmt::format("rebuilding route '{}'",
+                                                             routeText.get<std::string>()))
+                                    .message()}};
+      }
+      KILN_ASSIGN_OR_RETURN(knobs::Route route, knobs::Route::parse(built->route));
+      routes.push_back(std::move(route));
+      engines.push_back(std::move(built).value());
+    }
+  }
+  for (const json& path : request.value("engines", json::array())) {
     auto engine = loadEngine(path.get<std::string>());
     if (!engine.isOk()) {
       return json{{"status", "build-error"}, {"message", engine.status().message()}};

@@ -35,15 +35,20 @@
 #include "kiln/ir/npy.h"
 #include "kiln/onnx/import.h"
 #include "kiln/reference/executor.h"
+#include "kiln/tune/pg_store.h"
 #include "kiln/tune/progress.h"
 #include "kiln/tune/report.h"
 #include "kiln/tune/store.h"
+#include "kiln/tune/study.h"
+#include "kiln/tune/study_status.h"
+#include "kiln/tune/worker.h"
 
 // OpenBLAS's build description (version, threading, target), for the manifest.
 extern "C" char* openblas_get_config(void);
 
 namespace kiln::tune {
 
+using namespace detail;  // NOLINT: this file implements study.h
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
@@ -67,7 +72,7 @@ Result<SearchMode> parseSearchMode(const std::string& text) {
   return invalidInput("unknown search mode '{}' (allowed: fast, mixed, full)", text);
 }
 
-namespace {
+namespace detail {
 
 json timingSettingsJson(const TimingSettings& t) {
   return {{"warmup_ms", t.warmUpMs},
@@ -89,7 +94,7 @@ json accuracyJson(const AccuracySettings& a) {
           {"per_output", a.perOutput}};
 }
 
-}  // namespace
+}  // namespace detail
 
 json TuneOptions::studyJson() const {
   return {
@@ -160,7 +165,7 @@ Result<std::vector<std::string>> firstPhaseRoutes(const knobs::RouteExpression& 
   return texts;
 }
 
-namespace {
+namespace detail {
 
 std::string isoNow() {
   const std::time_t now = std::time(nullptr);
@@ -173,7 +178,7 @@ std::string isoNow() {
 
 std::string displayRoute(const std::string& route) { return route.empty() ? "(default)" : route; }
 
-}  // namespace
+}  // namespace detail
 
 // What the chosen route's engine depends on: the machine and the software that built it. For
 // the GPU, the device and the driver and library versions its tactics were chosen under (this
@@ -225,31 +230,7 @@ json versionsJson() {
   };
 }
 
-namespace {
-
-// Where trials run: one lane per GPU of --gpus (each trial's process pinned to its GPU through
-// CUDA_VISIBLE_DEVICES, one trial at a time per GPU), or the one unpinned lane without --gpus.
-struct Lane {
-  int gpu = -1;                          // the --gpus index; -1: not pinned
-  std::vector<std::string> environment;  // {"CUDA_VISIBLE_DEVICES=<the device>"} when pinned
-  std::string visibleDevices;            // what the trial should see in CUDA_VISIBLE_DEVICES
-};
-
-// Everything a run needs besides the store: the parsed study and its data, ready for trials.
-struct Study {
-  TuneOptions options;
-  knobs::RouteExpression expression;
-  std::string baseline;  // canonical text of the default route of this study
-  fs::path workDir;
-  bool temporary = false;  // no --cache: nothing to resume, removed at the end
-  fs::path executable;
-  std::vector<std::string> outputNames;
-  std::vector<fs::path> inputFiles;  // one .npz per input set, in the work folder
-  std::vector<std::vector<ir::Tensor>> references;
-  bool generatedReferences = false;
-  json data;                // the header's description of the data
-  std::vector<Lane> lanes;  // at least one
-};
+namespace detail {
 
 // The lanes of --gpus: "" (one unpinned lane), "all", or GPU indices "0,1,3" as CUDA numbers
 // them in this process (so within its own CUDA_VISIBLE_DEVICES, if set). Every GPU chosen must be
@@ -332,7 +313,7 @@ Result<std::vector<Lane>> lanesFor(const TuneOptions& options) {
   return lanes;
 }
 
-}  // namespace
+}  // namespace detail
 
 std::string hashOfSpec(const std::string& spec) {
   std::string joined;
@@ -343,7 +324,7 @@ std::string hashOfSpec(const std::string& spec) {
   return "fnv1a64:" + knobs::stableHash(joined);
 }
 
-namespace {
+namespace detail {
 
 // Writes the input sets and references into the work folder (fresh runs) and describes them.
 Status prepareData(Study& study, const ir::Graph& graph) {
@@ -487,12 +468,6 @@ Status reloadData(Study& study, const json& data) {
 }
 
 // ---- trials ---------------------------------------------------------------------------------
-
-struct TrialRun {
-  bool stopped = false;  // the run was stopped (or its time ran out) while this trial ran
-  TrialRecord record;
-  int gpu = -1;  // the lane's GPU (--gpus index), -1 when not pinned
-};
 
 std::string signalText(int signal) {
   const char* name = sigabbrev_np(signal);
@@ -679,14 +654,6 @@ Result<TrialRun> runTrial(const Study& study, const Lane& lane, const std::strin
   return run;
 }
 
-// A trial for runOnLanes.
-struct TrialJob {
-  std::string route;
-  std::string tag;  // its folder and engine file
-  int64_t iteration = 0;
-  int phase = 1;
-};
-
 // Runs `jobs` in order, one at a time per lane, each on the first free lane (so with every lane
 // free, job k goes to lane k). `startNext` is asked on this thread before each job starts (false:
 // start no more); `finished` is called on this thread as each ends, in the order they end. Trials
@@ -761,7 +728,7 @@ const TrialRecord* findRecord(const std::vector<TrialRecord>& records, const std
   return nullptr;
 }
 
-}  // namespace
+}  // namespace detail
 
 bool eligible(const TrialRecord* record) {
   return record && record->status == TrialStatus::kOk && record->timing.has_value();
@@ -829,7 +796,7 @@ SecondPhase planSecondPhase(const knobs::RouteExpression& expression,
   return plan;
 }
 
-namespace {
+namespace detail {
 
 // ---- the finalist round and the decision ----------------------------------------------------
 
@@ -847,8 +814,9 @@ Result<std::vector<ComparisonRecord>> runFinalistRound(
                   {"timing", timingSettingsJson(study.options.finalTiming)},
                   {"memory_limit_bytes", study.options.trialLimits.memoryBytes},
                   {"result", (dir / "result.json").string()}};
-  if (study.options.backend == "cuda") {
-    // No engine files: the child builds each route's plan again, all of them on one GPU.
+  if (study.options.backend == "cuda" || study.rebuildFinalists) {
+    // No engine files (CUDA; or a worker of a shared store, whose trials ran elsewhere): the
+    // child builds each route's plan again, all of them on one GPU or CPU.
     json routes = json::array({base.route});
     for (const TrialRecord* finalist : finalists) routes.push_back(finalist->route);
     request["routes"] = routes;
@@ -1003,7 +971,149 @@ fs::path manifestPathFor(const fs::path& engine) {
   return manifest.replace_extension(".manifest.json");
 }
 
-}  // namespace
+}  // namespace detail
+
+namespace detail {
+
+// The finalist round and the decision, once every planned trial is recorded (or the tuning
+// timeout ended the run: `outOfTime`, with `remaining` routes not measured).
+Result<Conclusion> concludeStudy(const Study& study, ResultStore& store,
+                                 const std::vector<TrialRecord>& records, double drift,
+                                 bool outOfTime, int64_t remaining,
+                                 const std::string& degenerateNote, const std::atomic<bool>& stop,
+                                 Clock::time_point deadline, Progress& progress) {
+  Conclusion conclusion;
+  Decision& decision = conclusion.decision;
+  std::vector<ComparisonRecord>& comparisons = conclusion.comparisons;
+  bool& keepTrialFiles = conclusion.keepTrialFiles;
+  bool& harnessFailed = conclusion.harnessFailed;
+  const TuneOptions& options = study.options;
+  auto say = [&](std::string_view format, auto&&... args) {
+    progress.say(fmt::format(fmt::runtime(format), args...));
+  };
+  if (!degenerateNote.empty()) decision.notes.push_back(degenerateNote);
+  decision.baseline = study.baseline;
+  const TrialRecord* base = findRecord(records, study.baseline);
+  if (outOfTime) {
+    decision.provisional = true;
+    decision.notes.push_back(fmt::format(
+        "the tuning timeout ({:.1f} s) ended the run with {} planned routes not measured; "
+        "continue it with --continue to finish",
+        options.tuningTimeoutSeconds, remaining));
+  }
+  std::vector<const TrialRecord*> eligibleRecords;
+  for (const auto& record : records) {
+    if (eligible(&record)) eligibleRecords.push_back(&record);
+  }
+  std::sort(eligibleRecords.begin(), eligibleRecords.end(),
+            [](auto* a, auto* b) { return a->timing->summary.median < b->timing->summary.median; });
+  if (eligibleRecords.empty()) {
+    decision.winner.reset();
+    decision.reason = "no route was eligible: every trial failed or missed the accuracy threshold";
+  } else if (!eligible(base)) {
+    decision.winner = eligibleRecords.front()->route;
+    decision.reason = fmt::format(
+        "the default route was not eligible ({}), so no speedup over it can be measured; the "
+        "fastest eligible route by median was chosen",
+        base ? std::string(trialStatusName(base->status)) + ": " + base->message : "not measured");
+  } else {
+    std::vector<const TrialRecord*> finalists;
+    for (const TrialRecord* record : eligibleRecords) {
+      if (record->route != study.baseline &&
+          significantlyFaster(*record->timing, *base->timing, drift) &&
+          static_cast<int>(finalists.size()) < options.finalists) {
+        finalists.push_back(record);
+      }
+    }
+    decision.winner = study.baseline;
+    if (finalists.empty()) {
+      decision.reason =
+          "no route's median interval lay entirely below the default's: no candidate beat the "
+          "default by more than the measured noise, so the default route stays";
+    } else if (outOfTime) {
+      decision.winner = finalists.front()->route;
+      decision.reason = fmt::format(
+          "the fastest route whose median interval lies below the default's; it was not "
+          "re-measured interleaved with the default because the tuning timeout was reached "
+          "(provisional)");
+    } else {
+      std::string failure;
+      bool stopped = false;
+      // A continued run whose finalist round already completed (it was stopped while writing
+      // its outputs) keeps those measurements rather than drawing new ones.
+      KILN_ASSIGN_OR_RETURN(std::vector<ComparisonRecord> stored, store.comparisons());
+      std::set<std::string> storedRoutes, finalistRoutes;
+      for (const auto& c : stored) storedRoutes.insert(c.route);
+      for (const TrialRecord* f : finalists) finalistRoutes.insert(f->route);
+      if (!stored.empty() && storedRoutes == finalistRoutes) {
+        say("finalists: {} route{} already re-measured interleaved with the default\n",
+            finalists.size(), finalists.size() == 1 ? "" : "s");
+        comparisons = std::move(stored);
+      } else {
+        say("finalists: re-measuring {} route{} interleaved with the default\n", finalists.size(),
+            finalists.size() == 1 ? "" : "s");
+        json routes = json::array();
+        for (const TrialRecord* f : finalists) routes.push_back(f->route);
+        progress.event("finalists", {{"routes", routes}});
+        progress.beginStep("finalists",
+                           fmt::format("finalist round ({} route{} interleaved with the default)",
+                                       finalists.size(), finalists.size() == 1 ? "" : "s"));
+        auto round = runFinalistRound(study, finalists, *base, stop, deadline, failure, stopped);
+        progress.endStep();
+        KILN_ASSIGN_OR_RETURN(comparisons, std::move(round));
+        if (stopped && stop.load()) {
+          conclusion.stopped = true;
+          return conclusion;
+        }
+        if (stopped) {
+          outOfTime = true;
+          failure = "the tuning timeout was reached during the finalist round";
+        }
+        if (failure.empty()) KILN_RETURN_IF_ERROR(store.setComparisons(comparisons));
+      }
+      const ComparisonRecord* best = nullptr;
+      for (const auto& c : comparisons) {
+        say("  {}: {} the default's speed ({} pairs){}\n", displayRoute(c.route),
+            formatRatio(c.comparison), c.comparison.pairs,
+            c.comparison.significantlyFaster() ? ", significant" : "");
+        progress.event("comparison", {{"route", c.route},
+                                      {"ratio_median", c.comparison.ratioMedian},
+                                      {"pairs", c.comparison.pairs},
+                                      {"significant", c.comparison.significantlyFaster()}});
+        if (c.comparison.significantlyFaster() &&
+            (!best || c.comparison.ratioMedian < best->comparison.ratioMedian)) {
+          best = &c;
+        }
+      }
+      if (!failure.empty()) {
+        // Not a finding about the routes: the decision stays open for --continue to complete.
+        decision.provisional = true;
+        decision.reason = failure + "; the default route stays until the round is completed";
+        decision.notes.push_back("the finalist round did not complete; --continue runs it again");
+        keepTrialFiles = true;  // the evidence of what went wrong
+        if (!outOfTime) harnessFailed = true;
+      } else if (!best) {
+        decision.reason = fmt::format(
+            "{} route{} beat the default in their own trials, but none was significantly faster "
+            "when re-measured interleaved with it (A/B in one process), so the default route "
+            "stays",
+            finalists.size(), finalists.size() == 1 ? "" : "s");
+      } else {
+        decision.winner = best->route;
+        decision.comparison = best->comparison;
+        decision.reason = fmt::format(
+            "the fastest of {} finalist{} re-measured interleaved with the default: {} its "
+            "speed over {} pairs at {:.0f}% confidence, the whole interval above 1",
+            finalists.size(), finalists.size() == 1 ? "" : "s", formatRatio(best->comparison),
+            best->comparison.pairs, best->comparison.confidence * 100);
+      }
+    }
+  }
+
+  return conclusion;
+}
+
+}  // namespace detail
 
 ControlTrials controlTrials(const std::map<std::string, std::string>& header) {
   ControlTrials controls;
@@ -1031,6 +1141,67 @@ std::optional<double> controlDrift(const TrialRecord* baseline, const ControlTri
   }
   return drift;
 }
+
+namespace {
+
+// --store postgresql://...: the study, its model and data go into the shared store with phase
+// one queued. With --submit that is all; otherwise this process works on the study as one
+// worker until it is decided, then prints where it stands.
+Result<int> submitStudy(const Study& study, std::map<std::string, std::string> header,
+                        const std::vector<std::string>& phaseOne, int64_t memoryAsGiven,
+                        const std::atomic<bool>& stop) {
+  const TuneOptions& options = study.options;
+  header["store"] = "postgresql";
+  header["trial_limits"] = json{
+      {"timeout_s", options.trialLimits.timeoutSeconds},
+      {"memory_bytes",
+       memoryAsGiven}}.dump();
+  header.erase("target");  // bound by the first worker that takes a trial
+  std::map<std::string, std::string> blobs;
+  KILN_ASSIGN_OR_RETURN(blobs["model"], readFileBytes(options.model));
+  for (const json& entry : study.data) {
+    for (const char* kind : {"inputs", "references"}) {
+      const fs::path file = entry.at(std::string(kind) + "_file").get<std::string>();
+      KILN_ASSIGN_OR_RETURN(blobs["data/" + file.filename().string()], readFileBytes(file));
+    }
+  }
+  KILN_ASSIGN_OR_RETURN(pg::StudyStore store,
+                        pg::StudyStore::create(options.store, options.backend, header, blobs,
+                                               phaseOne, options.maxAttempts));
+  const std::string uri = pg::redacted(options.store);
+  if (!options.quiet) {
+    std::printf("submitted study %lld to %s: %s search, %zu route%s in phase one\n",
+                static_cast<long long>(store.id()), uri.c_str(), searchModeName(options.search),
+                phaseOne.size(), phaseOne.size() == 1 ? "" : "s");
+  }
+  if (options.submit) {
+    if (!options.quiet) {
+      std::printf(
+          "start workers with: kiln worker --store '%s' --backend %s\n"
+          "follow it with:     kiln status '%s' --study %lld\n",
+          uri.c_str(), options.backend.c_str(), uri.c_str(), static_cast<long long>(store.id()));
+    }
+    std::fflush(stdout);
+    return 0;
+  }
+  std::fflush(stdout);
+  WorkerOptions worker{.store = options.store,
+                       .backend = options.backend,
+                       .exitWhenIdleSeconds = 0,
+                       .onlyStudy = store.id(),
+                       .workRoot = study.workDir / "worker",
+                       .quiet = options.quiet};
+  KILN_ASSIGN_OR_RETURN(int code, runWorker(worker, stop));
+  if (code != 0) return code;
+  KILN_RETURN_IF_ERROR(store.reloadHeader());
+  KILN_ASSIGN_OR_RETURN(json queue, store.queueJson());
+  KILN_ASSIGN_OR_RETURN(json described, describeStudy(store, std::nullopt, queue));
+  if (!options.quiet) std::fputs(studyText(described).c_str(), stdout);
+  const json& decision = described.at("decision");
+  return !decision.is_null() && !decision.at("winner").is_null() ? 0 : 1;
+}
+
+}  // namespace
 
 Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
   const auto started = Clock::now();
@@ -1065,6 +1236,43 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
   if (options.backend != "cpu" && options.backend != "cuda") {
     return invalidInput("--backend {}: kiln tunes for cpu or cuda", options.backend);
   }
+  const bool shared = !options.store.empty();
+  if (options.submit && !shared) {
+    return invalidInput("--submit queues a study in a shared store: give --store postgresql://...");
+  }
+  if (shared) {
+    if (!pg::isUri(options.store)) {
+      return invalidInput(
+          "--store {}: a shared store is a PostgreSQL URI (postgresql://...); the embedded "
+          "SQLite store is --cache FILE",
+          options.store);
+    }
+    // What a shared study cannot have: files on one machine, and a run of this process.
+    for (const auto& [given, flag] : std::vector<std::pair<bool, const char*>>{
+             {!options.cache.empty(), "--cache"},
+             {options.resume, "--continue"},
+             {!options.gpus.empty(), "--gpus"},
+             {!options.saveEngine.empty(), "--saveEngine"},
+             {!options.saveAllEngines.empty(), "--save-all-engines"},
+             {!options.report.empty(), "--report"},
+             {!options.timingCacheFile.empty(), "--timingCacheFile"},
+             {options.tuningTimeoutSeconds > 0, "--tuning-timeout"}}) {
+      if (given) {
+        return invalidInput(
+            "{} does not apply to a study in a shared store (--store): its trials run on the "
+            "workers' machines (`kiln worker --gpus ...`), and `kiln status` / `kiln best` read "
+            "its outcome; build the chosen route with `kiln build --route \"$(kiln best "
+            "--study N URI)\"`",
+            flag);
+      }
+    }
+    if (options.maxAttempts < 1) {
+      return invalidInput("--max-attempts {}: at least 1", options.maxAttempts);
+    }
+  }
+  const int64_t memoryAsGiven = options.trialLimits.memoryBytes == kDefaultTrialMemory
+                                    ? -1
+                                    : static_cast<int64_t>(options.trialLimits.memoryBytes);
   if (options.backend != "cuda" && !options.timingCacheFile.empty()) {
     return invalidInput("--timingCacheFile applies to --backend cuda only");
   }
@@ -1228,6 +1436,7 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
         {"target", target.dump()},
         {"study", options.studyJson().dump()},
         {"created_at", isoNow()}};
+    if (shared) return submitStudy(study, header, phaseOne, memoryAsGiven, stop);
     const fs::path storePath = study.temporary ? study.workDir / "tune.db" : options.cache;
     KILN_ASSIGN_OR_RETURN(TuneStore created, TuneStore::create(storePath, header));
     store.emplace(std::move(created));
@@ -1519,133 +1728,23 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
   }
 
   // ---- decision ------------------------------------------------------------------------------
-  Decision decision;
-  if (!degenerateNote.empty()) decision.notes.push_back(degenerateNote);
-  decision.baseline = study.baseline;
+  KILN_ASSIGN_OR_RETURN(Conclusion conclusion,
+                        concludeStudy(study, *store, records, drift, outOfTime, remainingCount,
+                                      degenerateNote, stop, deadline, progress));
+  if (conclusion.stopped) {
+    say("\nstopped during the finalist round: every trial is recorded; resume with: {}\n",
+        resumeCommand.empty() ? "(not resumable without --cache)" : resumeCommand);
+    progress.event("stopped", {{"recorded", records.size()},
+                               {"remaining", 0},
+                               {"resume", resumeCommand},
+                               {"exit_code", kTuneExitInterrupted}});
+    return kTuneExitInterrupted;
+  }
+  Decision& decision = conclusion.decision;
+  const std::vector<ComparisonRecord>& comparisons = conclusion.comparisons;
+  const bool keepTrialFiles = conclusion.keepTrialFiles;
+  const bool harnessFailed = conclusion.harnessFailed;
   const TrialRecord* base = findRecord(records, study.baseline);
-  std::vector<ComparisonRecord> comparisons;
-  bool keepTrialFiles = false;
-  bool harnessFailed = false;  // the finalist round's process failed: exit code 3
-  if (outOfTime) {
-    decision.provisional = true;
-    decision.notes.push_back(fmt::format(
-        "the tuning timeout ({:.1f} s) ended the run with {} planned routes not measured; "
-        "continue it with --continue to finish",
-        options.tuningTimeoutSeconds, remainingCount));
-  }
-  std::vector<const TrialRecord*> eligibleRecords;
-  for (const auto& record : records) {
-    if (eligible(&record)) eligibleRecords.push_back(&record);
-  }
-  std::sort(eligibleRecords.begin(), eligibleRecords.end(),
-            [](auto* a, auto* b) { return a->timing->summary.median < b->timing->summary.median; });
-  if (eligibleRecords.empty()) {
-    decision.winner.reset();
-    decision.reason = "no route was eligible: every trial failed or missed the accuracy threshold";
-  } else if (!eligible(base)) {
-    decision.winner = eligibleRecords.front()->route;
-    decision.reason = fmt::format(
-        "the default route was not eligible ({}), so no speedup over it can be measured; the "
-        "fastest eligible route by median was chosen",
-        base ? std::string(trialStatusName(base->status)) + ": " + base->message : "not measured");
-  } else {
-    std::vector<const TrialRecord*> finalists;
-    for (const TrialRecord* record : eligibleRecords) {
-      if (record->route != study.baseline &&
-          significantlyFaster(*record->timing, *base->timing, drift) &&
-          static_cast<int>(finalists.size()) < options.finalists) {
-        finalists.push_back(record);
-      }
-    }
-    decision.winner = study.baseline;
-    if (finalists.empty()) {
-      decision.reason =
-          "no route's median interval lay entirely below the default's: no candidate beat the "
-          "default by more than the measured noise, so the default route stays";
-    } else if (outOfTime) {
-      decision.winner = finalists.front()->route;
-      decision.reason = fmt::format(
-          "the fastest route whose median interval lies below the default's; it was not "
-          "re-measured interleaved with the default because the tuning timeout was reached "
-          "(provisional)");
-    } else {
-      std::string failure;
-      bool stopped = false;
-      // A continued run whose finalist round already completed (it was stopped while writing
-      // its outputs) keeps those measurements rather than drawing new ones.
-      KILN_ASSIGN_OR_RETURN(std::vector<ComparisonRecord> stored, store->comparisons());
-      std::set<std::string> storedRoutes, finalistRoutes;
-      for (const auto& c : stored) storedRoutes.insert(c.route);
-      for (const TrialRecord* f : finalists) finalistRoutes.insert(f->route);
-      if (!stored.empty() && storedRoutes == finalistRoutes) {
-        say("finalists: {} route{} already re-measured interleaved with the default\n",
-            finalists.size(), finalists.size() == 1 ? "" : "s");
-        comparisons = std::move(stored);
-      } else {
-        say("finalists: re-measuring {} route{} interleaved with the default\n", finalists.size(),
-            finalists.size() == 1 ? "" : "s");
-        json routes = json::array();
-        for (const TrialRecord* f : finalists) routes.push_back(f->route);
-        progress.event("finalists", {{"routes", routes}});
-        progress.beginStep("finalists",
-                           fmt::format("finalist round ({} route{} interleaved with the default)",
-                                       finalists.size(), finalists.size() == 1 ? "" : "s"));
-        auto round = runFinalistRound(study, finalists, *base, stop, deadline, failure, stopped);
-        progress.endStep();
-        KILN_ASSIGN_OR_RETURN(comparisons, std::move(round));
-        if (stopped && stop.load()) {
-          say("\nstopped during the finalist round: every trial is recorded; resume with: {}\n",
-              resumeCommand.empty() ? "(not resumable without --cache)" : resumeCommand);
-          progress.event("stopped", {{"recorded", records.size()},
-                                     {"remaining", 0},
-                                     {"resume", resumeCommand},
-                                     {"exit_code", kTuneExitInterrupted}});
-          return kTuneExitInterrupted;
-        }
-        if (stopped) {
-          outOfTime = true;
-          failure = "the tuning timeout was reached during the finalist round";
-        }
-        if (failure.empty()) KILN_RETURN_IF_ERROR(store->setComparisons(comparisons));
-      }
-      const ComparisonRecord* best = nullptr;
-      for (const auto& c : comparisons) {
-        say("  {}: {} the default's speed ({} pairs){}\n", displayRoute(c.route),
-            formatRatio(c.comparison), c.comparison.pairs,
-            c.comparison.significantlyFaster() ? ", significant" : "");
-        progress.event("comparison", {{"route", c.route},
-                                      {"ratio_median", c.comparison.ratioMedian},
-                                      {"pairs", c.comparison.pairs},
-                                      {"significant", c.comparison.significantlyFaster()}});
-        if (c.comparison.significantlyFaster() &&
-            (!best || c.comparison.ratioMedian < best->comparison.ratioMedian)) {
-          best = &c;
-        }
-      }
-      if (!failure.empty()) {
-        // Not a finding about the routes: the decision stays open for --continue to complete.
-        decision.provisional = true;
-        decision.reason = failure + "; the default route stays until the round is completed";
-        decision.notes.push_back("the finalist round did not complete; --continue runs it again");
-        keepTrialFiles = true;  // the evidence of what went wrong
-        if (!outOfTime) harnessFailed = true;
-      } else if (!best) {
-        decision.reason = fmt::format(
-            "{} route{} beat the default in their own trials, but none was significantly faster "
-            "when re-measured interleaved with it (A/B in one process), so the default route "
-            "stays",
-            finalists.size(), finalists.size() == 1 ? "" : "s");
-      } else {
-        decision.winner = best->route;
-        decision.comparison = best->comparison;
-        decision.reason = fmt::format(
-            "the fastest of {} finalist{} re-measured interleaved with the default: {} its "
-            "speed over {} pairs at {:.0f}% confidence, the whole interval above 1",
-            finalists.size(), finalists.size() == 1 ? "" : "s", formatRatio(best->comparison),
-            best->comparison.pairs, best->comparison.confidence * 100);
-      }
-    }
-  }
 
   // ---- outputs -------------------------------------------------------------------------------
   const TrialRecord* winner = decision.winner ? findRecord(records, *decision.winner) : nullptr;

@@ -64,6 +64,12 @@ struct TuneOptions {
   // routes with the same statuses as one GPU's run, sooner; the control trial measures the
   // default on every GPU, and the finalist round runs on the first.
   std::string gpus;
+  // --store postgresql://...: the study goes into a PostgreSQL store shared by workers on many
+  // machines (`kiln worker`) instead of a SQLite --cache. With `submit` it is queued and this
+  // returns; without, this process works on it as one worker until it is decided.
+  std::string store;
+  bool submit = false;
+  int maxAttempts = 3;  // claims of one trial before it is recorded as failing
   bool dryRun = false;
   bool allowLargeSearch = false;
   ChildLimits trialLimits{.timeoutSeconds = 600, .memoryBytes = 0};

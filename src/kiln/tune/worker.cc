@@ -1,0 +1,499 @@
+#include "kiln/tune/worker.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "kiln/base/file.h"
+#include "kiln/engine/engine_file.h"
+#include "kiln/onnx/import.h"
+#include "kiln/tune/pg_store.h"
+#include "kiln/tune/study.h"
+#include "kiln/tune/trial.h"
+
+namespace kiln::tune {
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using namespace detail;  // NOLINT: the tuner's working parts
+
+std::string hostName() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "unknown-host";
+  return name;
+}
+
+// Output of a worker: one line at a time from any lane, flushed (workers run under Slurm and
+// Kubernetes, whose logs are files).
+class Log {
+ public:
+  explicit Log(bool quiet) : quiet_(quiet) {}
+  template <typename... Args>
+  void line(fmt::format_string<Args...> format, Args&&... args) {
+    if (quiet_) return;
+    std::lock_guard lock(mu_);
+    std::fputs((fmt::format("kiln worker [{}] ", isoNow()) +
+                fmt::format(format, std::forward<Args>(args)...) + "\n")
+                   .c_str(),
+               stdout);
+    std::fflush(stdout);
+  }
+
+ private:
+  bool quiet_;
+  std::mutex mu_;
+};
+
+// The study's files in this worker's folder: the model and the data, from the store's blobs
+// (written once per study and checked against the hashes the submitter recorded).
+Result<Study> loadStudy(pg::StudyStore& store, const fs::path& root, const Lane& lane) {
+  const auto& header = store.header();
+  auto field = [&](const std::string& key) -> Result<std::string> {
+    auto it = header.find(key);
+    if (it == header.end()) return invalidInput("{}: the header has no '{}'", store.where(), key);
+    return it->second;
+  };
+  Study study;
+  TuneOptions& options = study.options;
+  KILN_ASSIGN_OR_RETURN(std::string studyText, field("study"));
+  const json studyJson = json::parse(studyText, nullptr, false);
+  if (!studyJson.is_object()) return invalidInput("{}: the study is unreadable", store.where());
+  options.model = "(stored)";
+  KILN_RETURN_IF_ERROR(options.restoreStudy(studyJson).withContext(store.where()));
+  KILN_ASSIGN_OR_RETURN(std::string limitsText, field("trial_limits"));
+  const json limits = json::parse(limitsText, nullptr, false);
+  try {
+    options.trialLimits.timeoutSeconds = limits.at("timeout_s").get<double>();
+    const int64_t memory = limits.at("memory_bytes").get<int64_t>();
+    if (memory >= 0) {
+      options.trialLimits.memoryBytes = static_cast<uint64_t>(memory);
+    } else if (options.backend == "cuda") {
+      options.trialLimits.memoryBytes = 0;
+    } else {
+      // The default: three quarters of this machine's memory, as kiln tune takes it.
+      const long pages = ::sysconf(_SC_PHYS_PAGES), pageSize = ::sysconf(_SC_PAGESIZE);
+      options.trialLimits.memoryBytes =
+          pages > 0 && pageSize > 0
+              ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(pageSize) / 4 * 3
+              : 0;
+    }
+  } catch (const json::exception& e) {
+    return invalidInput("{}: the trial limits are unreadable: {}", store.where(), e.what());
+  }
+  options.timingCacheFile.clear();  // each worker's own, in its folder
+
+  study.workDir = root / fmt::format("study-{}", store.id());
+  fs::create_directories(study.workDir / "data");
+  // The model, from the store, unless this worker already has it.
+  KILN_ASSIGN_OR_RETURN(const std::string modelHash, field("model_hash"));
+  const fs::path model = study.workDir / "model.onnx";
+  auto present = readFileBytes(model);
+  if (!present.isOk() || modelHashOf(*present) != modelHash) {
+    KILN_ASSIGN_OR_RETURN(std::string bytes, store.blob("model"));
+    if (modelHashOf(bytes) != modelHash) {
+      return invalidInput("{}: the stored model's hash is {}, the header says {}", store.where(),
+                          modelHashOf(bytes), modelHash);
+    }
+    KILN_RETURN_IF_ERROR(writeFileAtomically(model, bytes));
+  }
+  options.model = model;
+  // The data, at this worker's paths; the files the submitter was given are not here.
+  KILN_ASSIGN_OR_RETURN(std::string dataText, field("data"));
+  json data = json::parse(dataText, nullptr, false);
+  if (!data.is_array())
+    return invalidInput("{}: the data description is unreadable", store.where());
+  for (json& entry : data) {
+    for (const char* kind : {"inputs", "references"}) {
+      const std::string name = fmt::format("{}_{}.npz", kind, entry.at("set").get<int>());
+      const fs::path local = study.workDir / "data" / name;
+      const std::string hashKey = std::string(kind) + "_file_hash";
+      auto hash = fileHash(local);
+      if (!hash.isOk() || *hash != entry.at(hashKey).get<std::string>()) {
+        KILN_ASSIGN_OR_RETURN(std::string bytes, store.blob("data/" + name));
+        KILN_RETURN_IF_ERROR(writeFileAtomically(local, bytes));
+      }
+      entry[std::string(kind) + "_file"] = local.string();
+      entry.erase(std::string(kind) + "_given");
+    }
+  }
+  KILN_RETURN_IF_ERROR(reloadData(study, data).withContext(store.where()));
+  KILN_ASSIGN_OR_RETURN(study.expression, knobs::parseRouteExpression(options.expression));
+  study.baseline = study.expression.pinned.canonicalText();
+  onnx::ImportOptions importOptions;
+  KILN_ASSIGN_OR_RETURN(importOptions.inputShapes, onnx::parseShapeSpec(options.shapes));
+  KILN_ASSIGN_OR_RETURN(onnx::Model imported, onnx::importModel(model, importOptions));
+  for (const ir::Value* output : imported.graph.outputs) study.outputNames.push_back(output->name);
+  KILN_ASSIGN_OR_RETURN(study.executable, currentExecutable());
+  study.lanes = {lane};
+  study.rebuildFinalists = true;
+  return study;
+}
+
+// Renews a claim's lease until stopped; sets `lost` (and `trialStop`) when the claim is no
+// longer this worker's, and `trialStop` when the worker is asked to stop.
+class Heartbeat {
+ public:
+  Heartbeat(const WorkerOptions& options, const pg::QueueItem& item,
+            const std::atomic<bool>& workerStop)
+      : thread_([this, &options, item, &workerStop] {
+          auto connection = pg::Connection::open(options.store);
+          auto next = Clock::now();
+          std::unique_lock lock(mu_);
+          while (!done_) {
+            if (workerStop.load()) trialStop.store(true);
+            if (Clock::now() >= next) {
+              next = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double>(options.leaseSeconds / 3));
+              // A failed renewal (the database unreachable for a moment) is tried again; the
+              // lease runs out only if it stays unreachable.
+              if (connection.isOk()) {
+                lock.unlock();
+                auto renewed = pg::renewLease(*connection, item, options.leaseSeconds);
+                lock.lock();
+                if (renewed.isOk() && !*renewed) {
+                  lost.store(true);
+                  trialStop.store(true);
+                }
+              } else {
+                connection = pg::Connection::open(options.store);
+              }
+            }
+            cv_.wait_for(lock, std::chrono::milliseconds(200));
+          }
+        }) {}
+  ~Heartbeat() {
+    {
+      std::lock_guard lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  std::atomic<bool> trialStop{false};
+  std::atomic<bool> lost{false};
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+class Worker {
+ public:
+  Worker(const WorkerOptions& options, const std::atomic<bool>& stop, std::string target,
+         fs::path root)
+      : options_(options),
+        stop_(stop),
+        target_(std::move(target)),
+        root_(std::move(root)),
+        log_(options.quiet) {}
+
+  Status runLane(const Lane& lane);
+
+ private:
+  Status handle(pg::Connection& claims, const Lane& lane, pg::QueueItem item);
+  // Records the end of `item` (a trial's record; the control's; the decision) and moves the
+  // study on, in one transaction. False: the claim was lost meanwhile, nothing was recorded.
+  Result<bool> complete(pg::StudyStore& store, const Study& study, const pg::QueueItem& item,
+                        TrialRecord* record, const Decision* decision, const std::string& state);
+  Status advance(pg::StudyStore& store, const Study& study);
+
+  const WorkerOptions& options_;
+  const std::atomic<bool>& stop_;
+  std::string target_;
+  fs::path root_;
+  Log log_;
+  std::mutex studiesMu_;
+};
+
+std::string laneName(const Lane& lane) {
+  return fmt::format("{}:{}{}", hostName(), ::getpid(),
+                     lane.gpu >= 0 ? fmt::format("/gpu{}", lane.gpu) : std::string());
+}
+
+Status Worker::runLane(const Lane& lane) {
+  const std::string name = laneName(lane);
+  KILN_ASSIGN_OR_RETURN(pg::Connection claims, pg::connectStore(options_.store));
+  auto idleSince = Clock::now();
+  while (!stop_.load()) {
+    KILN_ASSIGN_OR_RETURN(std::optional<pg::QueueItem> item,
+                          pg::claimItem(claims, target_, name, options_.leaseSeconds,
+                                        options_.onlyStudy, options_.backend));
+    if (item) {
+      KILN_RETURN_IF_ERROR(handle(claims, lane, std::move(*item)));
+      idleSince = Clock::now();
+      continue;
+    }
+    if (options_.exitWhenIdleSeconds >= 0) {
+      KILN_ASSIGN_OR_RETURN(bool left,
+                            pg::anyWorkLeft(claims, target_, options_.onlyStudy, options_.backend));
+      if (left) {
+        idleSince = Clock::now();
+      } else if (std::chrono::duration<double>(Clock::now() - idleSince).count() >=
+                 options_.exitWhenIdleSeconds) {
+        log_.line("{}: no work left for {:.0f} s; exiting", name, options_.exitWhenIdleSeconds);
+        return Status::ok();
+      }
+    }
+    for (double slept = 0; slept < options_.pollSeconds && !stop_.load(); slept += 0.1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  return Status::ok();
+}
+
+Status Worker::handle(pg::Connection& claims, const Lane& lane, pg::QueueItem item) {
+  KILN_ASSIGN_OR_RETURN(pg::StudyStore store, pg::StudyStore::open(options_.store, item.study));
+  store.setWorker(item.worker);
+  Heartbeat heartbeat(options_, item, stop_);
+  const std::string what =
+      item.kind == "finalists"
+          ? fmt::format("study {}: the finalist round", item.study)
+          : fmt::format("study {}: {} {} (phase {})", item.study,
+                        item.kind == "control" ? "control trial of" : "trial of",
+                        displayRoute(item.route), item.phase);
+  if (item.attempts > 1) {
+    log_.line("{}: attempt {} of {} (the last worker, {}, lost its lease)", what, item.attempts,
+              item.maxAttempts, item.lastWorker.empty() ? "unknown" : item.lastWorker);
+  }
+  std::optional<Study> loaded;
+  {
+    std::lock_guard lock(studiesMu_);  // one lane writes a study's files at a time
+    auto study = loadStudy(store, root_, lane);
+    if (!study.isOk()) {
+      // The study cannot run here (its data is unreadable): give it back for another worker
+      // and say why; its attempts run out if no worker can.
+      log_.line("{}: cannot load the study: {}", what, study.status().message());
+      return Status::ok();
+    }
+    loaded.emplace(std::move(study).value());
+  }
+  Study& study = *loaded;
+
+  if (item.attempts > item.maxAttempts) {
+    // Claimed this often, it ended every worker that ran it (or they were lost while it ran):
+    // recorded as failing rather than retried forever.
+    const std::string message = fmt::format(
+        "its worker was lost {} times (the last: {}): a worker that runs it dies, hangs or loses "
+        "the database; not tried again",
+        item.attempts - 1, item.lastWorker.empty() ? "unknown" : item.lastWorker);
+    log_.line("{}: {}", what, message);
+    if (item.kind == "finalists") {
+      Decision decision;
+      decision.baseline = study.baseline;
+      decision.winner = study.baseline;
+      decision.provisional = true;
+      decision.reason = "the finalist round " + message + "; the default route stays";
+      return complete(store, study, item, nullptr, &decision, "failed").status();
+    }
+    TrialRecord record;
+    record.phase = item.phase;
+    record.route = item.route;
+    record.status = TrialStatus::kCrash;
+    record.message = message;
+    record.finishedAt = isoNow();
+    return complete(store, study, item, &record, nullptr, "failed").status();
+  }
+
+  if (item.kind == "finalists") {
+    KILN_RETURN_IF_ERROR(store.reloadHeader());
+    KILN_ASSIGN_OR_RETURN(std::vector<TrialRecord> records, store.trials());
+    const std::optional<double> drift =
+        controlDrift(findRecord(records, study.baseline), controlTrials(store.header()));
+    log_.line("{}: starting", what);
+    Progress progress(options_.quiet ? ProgressStyle::kQuiet : ProgressStyle::kPlain, stdout);
+    KILN_ASSIGN_OR_RETURN(Conclusion conclusion,
+                          concludeStudy(study, store, records, drift.value_or(0.0), false, 0, "",
+                                        heartbeat.trialStop, Clock::time_point::max(), progress));
+    if (conclusion.stopped) {
+      if (heartbeat.lost.load()) {
+        log_.line("{}: lost the lease; another worker has it now", what);
+      } else {
+        log_.line("{}: stopped; given back to the queue", what);
+        KILN_RETURN_IF_ERROR(pg::releaseItem(claims, item));
+      }
+      return Status::ok();
+    }
+    if (conclusion.harnessFailed) {
+      // Not a finding about the routes: the round is tried again (by any worker) until its
+      // attempts run out.
+      log_.line("{}: {}; queued again", what, conclusion.decision.reason);
+      return pg::requeueItem(claims, item);
+    }
+    KILN_ASSIGN_OR_RETURN(bool recorded,
+                          complete(store, study, item, nullptr, &conclusion.decision, "done"));
+    if (recorded) {
+      log_.line("{}: decided: {} ({})", what,
+                conclusion.decision.winner ? displayRoute(*conclusion.decision.winner)
+                                           : std::string("no eligible route"),
+                conclusion.decision.reason);
+    }
+    return Status::ok();
+  }
+
+  log_.line("{}: starting", what);
+  const std::string tag = fmt::format("q{}-{}", item.id, item.attempts);
+  KILN_ASSIGN_OR_RETURN(TrialRun run, runTrial(study, lane, item.route, 0, item.phase,
+                                               heartbeat.trialStop, Clock::time_point::max(), tag));
+  std::error_code ignored;
+  fs::remove_all(study.workDir / "trials" / tag, ignored);
+  if (run.stopped) {
+    if (heartbeat.lost.load()) {
+      log_.line("{}: lost the lease; another worker has it now", what);
+    } else {
+      log_.line("{}: stopped; given back to the queue", what);
+      KILN_RETURN_IF_ERROR(pg::releaseItem(claims, item));
+    }
+    return Status::ok();
+  }
+  // The engine stays only as long as a finalist round here could want it; every worker
+  // rebuilds the finalists' engines from their routes.
+  if (!run.record.enginePath.empty()) fs::remove(run.record.enginePath, ignored);
+  run.record.enginePath.clear();
+  KILN_ASSIGN_OR_RETURN(bool recorded, complete(store, study, item, &run.record, nullptr, "done"));
+  if (recorded) {
+    const TrialRecord& r = run.record;
+    log_.line("{}: {}{}{}", what, trialStatusName(r.status),
+              r.timing ? fmt::format(", median {:.4f} ms", r.timing->summary.median) : "",
+              r.message.empty() ? "" : ": " + r.message);
+  } else {
+    log_.line("{}: finished after its lease was lost; another worker's result counts", what);
+  }
+  return Status::ok();
+}
+
+Result<bool> Worker::complete(pg::StudyStore& store, const Study& study, const pg::QueueItem& item,
+                              TrialRecord* record, const Decision* decision,
+                              const std::string& state) {
+  pg::Connection& connection = store.connection();
+  KILN_ASSIGN_OR_RETURN(pg::Transaction transaction, pg::Transaction::begin(connection));
+  KILN_ASSIGN_OR_RETURN(bool mine, pg::lockForCompletion(connection, item));
+  if (!mine) return false;  // rolled back
+  KILN_RETURN_IF_ERROR(store.reloadHeader());
+  if (item.kind == "trial") {
+    KILN_ASSIGN_OR_RETURN(std::vector<TrialRecord> records, store.trials());
+    record->iteration = static_cast<int64_t>(records.size());
+    KILN_RETURN_IF_ERROR(store.addTrial(*record));
+  } else if (item.kind == "control") {
+    KILN_RETURN_IF_ERROR(store.setHeaderField("control", toJson(*record).dump()));
+  } else {
+    KILN_RETURN_IF_ERROR(store.setHeaderField("decision", decisionJson(*decision).dump()));
+    KILN_RETURN_IF_ERROR(store.setHeaderField("finished_at", isoNow()));
+  }
+  KILN_RETURN_IF_ERROR(pg::finishItem(connection, item, state));
+  KILN_RETURN_IF_ERROR(advance(store, study));
+  KILN_RETURN_IF_ERROR(transaction.commit());
+  return true;
+}
+
+// Within the completing transaction (the study's row locked): what comes next once a step ends.
+Status Worker::advance(pg::StudyStore& store, const Study& study) {
+  KILN_ASSIGN_OR_RETURN(auto counts, pg::countItems(store.connection(), store.id()));
+  auto count = [&](const std::string& kind, int phase, std::initializer_list<const char*> states) {
+    int64_t n = 0;
+    for (const char* state : states) {
+      auto it = counts.find(fmt::format("{}/{}/{}", kind, phase, state));
+      if (it != counts.end()) n += it->second;
+    }
+    return n;
+  };
+  auto any = [&](const std::string& kind, int phase) {
+    return count(kind, phase, {"queued", "running", "done", "failed"}) > 0;
+  };
+  auto open = [&](const std::string& kind, int phase) {
+    return count(kind, phase, {"queued", "running"}) > 0;
+  };
+  if (open("trial", 1)) return Status::ok();
+  const auto& header = store.header();
+  KILN_ASSIGN_OR_RETURN(std::vector<TrialRecord> records, store.trials());
+  const TrialRecord* base = findRecord(records, study.baseline);
+  // The control: the default route again after phase one, for the drift between trials (and
+  // between the workers' machines, where they differ).
+  if (!any("control", 1) && !header.count("control") && eligible(base)) {
+    return pg::enqueue(store.connection(), store.id(), "control", 1, {study.baseline});
+  }
+  if (open("control", 1)) return Status::ok();
+  const bool mixed = study.options.search == SearchMode::kMixed;
+  if (mixed && !header.count("phase_two")) {
+    // Planned once: the study's row lock serialises every completion, and the plan is recorded
+    // in the same transaction as its queue.
+    const std::optional<double> drift = controlDrift(base, controlTrials(header));
+    const SecondPhase plan =
+        planSecondPhase(study.expression, records, drift.value_or(0.0), study.options.mixedMinGain);
+    KILN_RETURN_IF_ERROR(pg::enqueue(store.connection(), store.id(), "trial", 2, plan.routes));
+    KILN_RETURN_IF_ERROR(store.setHeaderField(
+        "phase_two",
+        json{{"routes", plan.routes.size()}, {"knobs", plan.knobs}, {"note", plan.note}}.dump()));
+    log_.line("study {}: phase two planned: {} route{} over {}{}", store.id(), plan.routes.size(),
+              plan.routes.size() == 1 ? "" : "s",
+              plan.knobs.empty() ? "no knobs" : fmt::format("{}", fmt::join(plan.knobs, " ")),
+              plan.note.empty() ? "" : " (" + plan.note + ")");
+    if (!plan.routes.empty()) return Status::ok();
+  }
+  if (open("trial", 2)) return Status::ok();
+  if (!any("finalists", 0) && !header.count("finished_at")) {
+    return pg::enqueue(store.connection(), store.id(), "finalists", 0, {study.baseline});
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<int> runWorker(const WorkerOptions& options, const std::atomic<bool>& stop) {
+  if (!pg::isUri(options.store)) {
+    return invalidInput(
+        "--store {}: a worker takes trials from a PostgreSQL store "
+        "(postgresql://...)",
+        options.store);
+  }
+  if (options.backend != "cpu" && options.backend != "cuda") {
+    return invalidInput("--backend {}: a worker runs cpu or cuda studies", options.backend);
+  }
+  if (options.leaseSeconds < 1) {
+    return invalidInput("--lease {}: at least 1 second", options.leaseSeconds);
+  }
+  TuneOptions laneOptions;
+  laneOptions.backend = options.backend;
+  laneOptions.gpus = options.gpus;
+  KILN_ASSIGN_OR_RETURN(std::vector<Lane> lanes, lanesFor(laneOptions));
+  KILN_ASSIGN_OR_RETURN(const json target, targetFingerprint(options.backend));
+  fs::path root = options.workRoot;
+  if (root.empty()) root = fs::temp_directory_path() / fmt::format("kiln-worker-{}", ::getuid());
+  std::error_code error;
+  fs::create_directories(root, error);
+  if (error)
+    return ioError("cannot create the worker folder {}: {}", root.string(), error.message());
+  // Fail early on a store that cannot be reached or is not kiln's.
+  KILN_RETURN_IF_ERROR(pg::connectStore(options.store).status());
+
+  Worker worker(options, stop, target.dump(), root);
+  Log log(options.quiet);
+  log.line("{} on {} ({} lane{}), {} studies of this target, files in {}", laneName(Lane{}),
+           pg::redacted(options.store), lanes.size(), lanes.size() == 1 ? "" : "s", options.backend,
+           root.string());
+  std::vector<Status> results(lanes.size(), Status::ok());
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < lanes.size(); ++i) {
+    threads.emplace_back([&, i] { results[i] = worker.runLane(lanes[i]); });
+  }
+  results[0] = worker.runLane(lanes[0]);
+  for (auto& thread : threads) thread.join();
+  for (const Status& status : results) {
+    if (!status.isOk()) return status;
+  }
+  return stop.load() ? kTuneExitInterrupted : 0;
+}
+
+}  // namespace kiln::tune

@@ -1,0 +1,60 @@
+// A throwaway PostgreSQL server for a test (tests/postgres/pg-server.sh, KILN_PG_SERVER_SCRIPT):
+// its own cluster in a folder, reachable only through a Unix socket there. CI installs
+// PostgreSQL (scripts/setup.sh), so a server that cannot start is a test failure, not a skip.
+#pragma once
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+namespace kiln::testing {
+
+class PgTestServer {
+ public:
+  // Starts a server in `dir` (created; removed by the caller). error() says why when it did not.
+  explicit PgTestServer(const std::filesystem::path& dir) : dir_(dir) {
+    std::filesystem::create_directories(dir_);
+    const std::string command =
+        std::string("'") + KILN_PG_SERVER_SCRIPT + "' start '" + dir_.string() + "' 2>&1";
+    FILE* out = ::popen(command.c_str(), "r");
+    if (!out) {
+      error_ = "cannot run " + std::string(KILN_PG_SERVER_SCRIPT);
+      return;
+    }
+    std::array<char, 512> buffer{};
+    std::string text;
+    while (std::fgets(buffer.data(), buffer.size(), out)) text += buffer.data();
+    if (::pclose(out) != 0) {
+      error_ = "the test server did not start: " + text;
+      return;
+    }
+    while (!text.empty() && text.back() == '\n') text.pop_back();
+    uri_ = text.substr(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1);
+  }
+  PgTestServer(const PgTestServer&) = delete;
+  PgTestServer& operator=(const PgTestServer&) = delete;
+  ~PgTestServer() { stop(); }
+
+  bool started() const { return error_.empty(); }
+  const std::string& error() const { return error_; }
+  const std::string& uri() const { return uri_; }
+
+  // Stops it (fast shutdown); true when it stopped or was not running.
+  bool stop() {
+    if (!started() || stopped_) return true;
+    stopped_ = true;
+    const std::string command =
+        std::string("'") + KILN_PG_SERVER_SCRIPT + "' stop '" + dir_.string() + "'";
+    return std::system(command.c_str()) == 0;
+  }
+
+ private:
+  std::filesystem::path dir_;
+  std::string uri_;
+  std::string error_;
+  bool stopped_ = false;
+};
+
+}  // namespace kiln::testing
