@@ -21,7 +21,9 @@
 #include "kiln/base/file.h"
 #include "kiln/ir/npy.h"
 #include "kiln/knobs/route.h"
+#include "kiln/tune/pg_store.h"
 #include "kiln/tune/store.h"
+#include "postgres/test_server.h"
 
 namespace {
 
@@ -213,7 +215,9 @@ TEST_F(KilnTune, BadExpressionsAndFlagsAreUserErrors) {
 
 TEST_F(KilnTune, EveryFaultIsRecordedAndExcluded) {
   Outcome outcome =
-      faulty(fmt::format("tune {} --tune '-test.fault=*' --cache tune.db --trial-timeout 5 "
+      // Every failing value (slow succeeds; killworker is for `kiln worker`, it kills its parent).
+      faulty(fmt::format("tune {} --tune '-test.fault=[none|crash|hang|oom|noresult|wrong|nan]' "
+                         "--cache tune.db --trial-timeout 5 "
                          "--trial-memory-limit 1024 {}",
                          sample(), kQuickTiming));
   ASSERT_EQ(outcome.exitCode, 0) << outcome.out << outcome.err;
@@ -691,6 +695,216 @@ TEST_F(KilnTune, TrialsOnSeveralGpusGiveTheOneGpuOutcome) {
   Outcome cpu = kiln(fmt::format("tune {} --tune '-graph.layout=*' --gpus all", sample()));
   EXPECT_EQ(cpu.exitCode, 1);
   EXPECT_NE(cpu.err.find("GPUs are for --backend cuda"), std::string::npos) << cpu.err;
+}
+
+// The text of a file that may not exist yet.
+std::string fileText(const fs::path& path) {
+  auto bytes = kiln::readFileBytes(path);
+  return bytes.isOk() ? *bytes : std::string();
+}
+
+// A study in a PostgreSQL store, run by three CPU workers, one of them killed mid-trial: its trial
+// goes back to the queue and another worker runs it; nothing is lost or recorded twice; and the
+// outcome is the one-process SQLite run's (the same routes, statuses, phase two and winner).
+TEST_F(KilnTune, ThreeWorkersOnAPostgresStoreGiveTheOneProcessOutcome) {
+  kiln::testing::PgTestServer server(dir_ / "pg");
+  ASSERT_TRUE(server.started()) << server.error();
+  const std::string study = fmt::format(
+      "tune {} --tune '-test.fault=[none|crash|wrong|slow] -test.delay_a=* -test.delay_b=* "
+      "-cpu.threads=1' --search mixed --trial-timeout 20 {}",
+      sample(), kQuickTiming);
+  Outcome one = faulty(study + " --cache one.db");
+  ASSERT_EQ(one.exitCode, 0) << one.out << one.err;
+
+  Outcome submitted = faulty(study + fmt::format(" --store '{}' --submit", server.uri()));
+  ASSERT_EQ(submitted.exitCode, 0) << submitted.out << submitted.err;
+  EXPECT_NE(submitted.out.find("submitted study 1"), std::string::npos) << submitted.out;
+  EXPECT_NE(submitted.out.find("kiln worker --store"), std::string::npos) << submitted.out;
+
+  std::vector<pid_t> workers;
+  for (int i = 0; i < 3; ++i) {
+    workers.push_back(
+        start({"worker", "--store", server.uri(), "--exit-when-idle", "3", "--lease", "3", "--poll",
+               "0.2", "--work-dir", (dir_ / fmt::format("w{}", i)).string()},
+              dir_ / fmt::format("w{}.txt", i)));
+  }
+  // Kill the worker that starts the slow route's trial (3 s of it), mid-trial.
+  int killed = -1;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+  while (killed < 0 && std::chrono::steady_clock::now() < end) {
+    for (int i = 0; i < 3 && killed < 0; ++i) {
+      const std::string log = fileText(dir_ / fmt::format("w{}.txt", i));
+      if (std::regex_search(log, std::regex("trial of [^\\n]*test.fault=slow[^\\n]*: starting"))) {
+        ASSERT_EQ(::kill(workers[static_cast<size_t>(i)], SIGKILL), 0);
+        killed = i;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_GE(killed, 0) << "no worker started the slow route";
+  std::string logs;
+  for (int i = 0; i < 3; ++i) {
+    const int code = waitFor(workers[static_cast<size_t>(i)]);
+    logs += fmt::format("--- worker {} (exit {}):\n{}", i, code,
+                        fileText(dir_ / fmt::format("w{}.txt", i)));
+    EXPECT_EQ(code, i == killed ? 128 + SIGKILL : 0);
+  }
+
+  auto store = kiln::tune::pg::StudyStore::open(server.uri(), 1);
+  ASSERT_TRUE(store.isOk()) << store.status().message();
+  auto trials = store->trials();
+  ASSERT_TRUE(trials.isOk()) << trials.status().message();
+  const auto oneTrials = recorded(dir_ / "one.db");
+  ASSERT_EQ(oneTrials.size(), 7u) << one.out;  // 6 in phase one, both delays off in phase two
+  EXPECT_EQ(statusesByRoute(*trials), statusesByRoute(oneTrials)) << logs;
+  EXPECT_EQ(trials->size(), oneTrials.size()) << logs;  // each route once
+  for (size_t i = 0; i < trials->size(); ++i) EXPECT_EQ((*trials)[i].iteration, int64_t(i));
+  const auto& header = store->header();
+  ASSERT_TRUE(header.count("decision")) << logs;
+  EXPECT_TRUE(header.count("finished_at"));
+  EXPECT_TRUE(header.count("control"));
+  EXPECT_EQ(json::parse(header.at("decision")).at("winner"),
+            json::parse(headerOf(dir_ / "one.db").at("decision")).at("winner"))
+      << logs;
+  EXPECT_EQ(json::parse(header.at("decision")).at("winner"),
+            "-cpu.threads=1 -test.delay_a=off -test.delay_b=off")
+      << logs;
+
+  // The killed worker's trial was claimed again and recorded once, by another worker.
+  auto connection = kiln::tune::pg::connectStore(server.uri());
+  ASSERT_TRUE(connection.isOk());
+  auto slow = connection->exec(
+      "SELECT q.attempts, q.last_worker, q.worker, t.worker FROM queue q JOIN trials t ON "
+      "t.study = q.study AND t.route = q.route WHERE q.kind = 'trial' AND q.route LIKE "
+      "'%test.fault=slow%'");
+  ASSERT_TRUE(slow.isOk()) << slow.status().message();
+  ASSERT_EQ(slow->rows.size(), 1u);
+  EXPECT_EQ(slow->rows[0][0], "2") << logs;
+  const std::string killedName = fmt::format(":{}", workers[static_cast<size_t>(killed)]);
+  EXPECT_NE(slow->rows[0][1]->find(killedName), std::string::npos) << logs;
+  EXPECT_EQ(slow->rows[0][2]->find(killedName), std::string::npos) << logs;
+  EXPECT_EQ(slow->rows[0][2], slow->rows[0][3]);
+  auto counts = connection->exec("SELECT state, count(*) FROM queue GROUP BY state");
+  ASSERT_TRUE(counts.isOk());
+  ASSERT_EQ(counts->rows.size(), 1u) << logs;  // everything done
+  EXPECT_EQ(counts->rows[0][0], "done");
+
+  // kiln status and kiln best read the study from the store.
+  Outcome status = faulty(fmt::format("status '{}'", server.uri()));
+  EXPECT_EQ(status.exitCode, 0) << status.err;
+  EXPECT_NE(status.out.find("queue: 0 queued, 0 running"), std::string::npos) << status.out;
+  EXPECT_NE(status.out.find("decision: "), std::string::npos) << status.out;
+  Outcome best = faulty(fmt::format("best '{}' --study 1", server.uri()));
+  EXPECT_EQ(best.exitCode, 0) << best.err;
+  EXPECT_EQ(best.out, json::parse(header.at("decision")).at("winner").get<std::string>() + "\n");
+}
+
+// A trial that kills every worker that runs it is recorded as failing after --max-attempts
+// claims, and the study still finishes.
+TEST_F(KilnTune, ATrialThatKillsItsWorkersIsRecordedAsFailingAfterItsAttempts) {
+  kiln::testing::PgTestServer server(dir_ / "pg");
+  ASSERT_TRUE(server.started()) << server.error();
+  Outcome submitted = faulty(fmt::format(
+      "tune {} --tune '-test.fault=[none|killworker] -cpu.threads=1' {} --store '{}' --submit "
+      "--max-attempts 2",
+      sample(), kQuickTiming, server.uri()));
+  ASSERT_EQ(submitted.exitCode, 0) << submitted.out << submitted.err;
+  std::vector<pid_t> workers;
+  for (int i = 0; i < 3; ++i) {
+    workers.push_back(
+        start({"worker", "--store", server.uri(), "--exit-when-idle", "2", "--lease", "2", "--poll",
+               "0.2", "--work-dir", (dir_ / fmt::format("w{}", i)).string()},
+              dir_ / fmt::format("w{}.txt", i)));
+  }
+  std::string logs;
+  int survivors = 0;
+  for (int i = 0; i < 3; ++i) {
+    const int code = waitFor(workers[static_cast<size_t>(i)]);
+    logs += fmt::format("--- worker {} (exit {}):\n{}", i, code,
+                        fileText(dir_ / fmt::format("w{}.txt", i)));
+    EXPECT_TRUE(code == 0 || code == 128 + SIGKILL) << code;
+    survivors += code == 0;
+  }
+  EXPECT_EQ(survivors, 1) << logs;  // two attempts, two workers lost
+  auto store = kiln::tune::pg::StudyStore::open(server.uri(), 0);
+  ASSERT_TRUE(store.isOk()) << store.status().message();
+  auto trials = store->trials();
+  ASSERT_TRUE(trials.isOk());
+  const auto statuses = statusesByRoute(*trials);
+  ASSERT_EQ(statuses.size(), 2u) << logs;
+  EXPECT_EQ(statuses.at("-cpu.threads=1"), "ok");
+  for (const auto& trial : *trials) {
+    if (trial.route.find("killworker") == std::string::npos) continue;
+    EXPECT_EQ(trial.status, TrialStatus::kCrash);
+    EXPECT_NE(trial.message.find("its worker was lost 2 times"), std::string::npos)
+        << trial.message;
+  }
+  EXPECT_TRUE(store->header().count("finished_at")) << logs;
+}
+
+// A study in the store run by `kiln tune --store` itself (no --submit): it works on the study
+// as one worker and prints where it ended; flags that need one machine's files are refused.
+TEST_F(KilnTune, TuneWithAStoreWorksOnItsStudyUntilDecided) {
+  kiln::testing::PgTestServer server(dir_ / "pg");
+  ASSERT_TRUE(server.started()) << server.error();
+  Outcome tuned =
+      faulty(fmt::format("tune {} --tune '-test.delay_a=* -cpu.threads=1' {} --store '{}'",
+                         sample(), kQuickTiming, server.uri()));
+  ASSERT_EQ(tuned.exitCode, 0) << tuned.out << tuned.err;
+  EXPECT_NE(tuned.out.find("decision: -cpu.threads=1 -test.delay_a=off"), std::string::npos)
+      << tuned.out;
+  for (const char* flag : {"--cache x.db", "--gpus all", "--saveEngine x.kiln", "--report x.md"}) {
+    Outcome refused = faulty(fmt::format("tune {} --tune '-test.delay_a=*' --store '{}' {}",
+                                         sample(), server.uri(), flag));
+    EXPECT_EQ(refused.exitCode, 1) << flag;
+    EXPECT_NE(refused.err.find("does not apply to a study in a shared store"), std::string::npos)
+        << refused.err;
+  }
+  Outcome notPg = faulty(fmt::format("tune {} --tune '-test.delay_a=*' --store x.db", sample()));
+  EXPECT_EQ(notPg.exitCode, 1);
+  EXPECT_NE(notPg.err.find("a shared store is a PostgreSQL URI"), std::string::npos) << notPg.err;
+  Outcome submitAlone = faulty(fmt::format("tune {} --tune '-test.delay_a=*' --submit", sample()));
+  EXPECT_EQ(submitAlone.exitCode, 1);
+  Outcome unreachable = kiln(
+      "worker --store 'postgresql:///kiln?host=/nonexistent' "
+      "--exit-when-idle 0");
+  EXPECT_EQ(unreachable.exitCode, 1) << unreachable.err;
+  EXPECT_NE(unreachable.err.find("postgresql:///kiln?host=/nonexistent"), std::string::npos)
+      << unreachable.err;
+}
+
+// deploy/slurm's script, run with a stand-in for srun that starts two tasks on this machine as
+// Slurm would (SLURM_PROCID 0 and 1): its workers finish a queued study and exit when idle.
+TEST_F(KilnTune, TheSlurmScriptsWorkersFinishAStudy) {
+  kiln::testing::PgTestServer server(dir_ / "pg");
+  ASSERT_TRUE(server.started()) << server.error();
+  Outcome submitted = faulty(fmt::format(
+      "tune {} --tune '-test.delay_a=* -test.delay_b=* -cpu.threads=1' --search mixed {} --store "
+      "'{}' --submit",
+      sample(), kQuickTiming, server.uri()));
+  ASSERT_EQ(submitted.exitCode, 0) << submitted.out << submitted.err;
+  fs::create_directories(dir_ / "bin");
+  ASSERT_TRUE(kiln::writeFileAtomically(dir_ / "bin" / "srun",
+                                        "#!/usr/bin/env bash\n"
+                                        "while [[ $1 == --* ]]; do shift; done\n"
+                                        "for task in 0 1; do SLURM_JOB_ID=7 SLURM_PROCID=$task "
+                                        "\"$@\" & done\n"
+                                        "wait\n")
+                  .isOk());
+  fs::permissions(dir_ / "bin" / "srun", fs::perms::owner_all);
+  Outcome job = run("/usr/bin/env",
+                    fmt::format("PATH='{}:/usr/bin:/bin' TMPDIR='{}' bash '{}' '{}' 2 '{}' cpu",
+                                (dir_ / "bin").string(), dir_.string(), KILN_SLURM_SCRIPT,
+                                server.uri(), KILN_FAULTY_BINARY));
+  EXPECT_EQ(job.exitCode, 0) << job.out << job.err;
+  EXPECT_TRUE(fs::exists(dir_ / "kiln-worker-7-0")) << job.out;
+  EXPECT_TRUE(fs::exists(dir_ / "kiln-worker-7-1")) << job.out;
+  auto store = kiln::tune::pg::StudyStore::open(server.uri(), 0);
+  ASSERT_TRUE(store.isOk()) << store.status().message();
+  EXPECT_TRUE(store->header().count("finished_at")) << job.out;
+  auto trials = store->trials();
+  ASSERT_TRUE(trials.isOk());
+  EXPECT_EQ(trials->size(), 4u) << job.out;  // three in phase one, both delays off in phase two
 }
 
 // kiln status and kiln best read a study while a tuner works on it, after it stopped, and once

@@ -266,7 +266,7 @@ Result<StudyStore> StudyStore::open(const std::string& uri, int64_t study) {
 }
 
 std::string StudyStore::where() const {
-  return fmt::format("{} study {}", connection_->where(), id_);
+  return fmt::format("study {} of {}", id_, connection_->where());
 }
 
 Status StudyStore::reloadHeader() {

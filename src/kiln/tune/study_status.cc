@@ -134,7 +134,10 @@ Result<json> describeStudy(const ResultStore& store, const std::optional<std::st
 }
 
 std::string studyText(const json& s) {
-  std::string text = fmt::format("study {}\n", s.at("cache").get<std::string>());
+  // A SQLite cache is named by its file; a shared store's study by "<uri> study N".
+  const std::string where = s.at("cache").get<std::string>();
+  std::string text = s.value("queue", json(nullptr)).is_null() ? fmt::format("study {}\n", where)
+                                                               : fmt::format("{}\n", where);
   text += fmt::format("  model {} ({})\n", s.at("model").at("path").get<std::string>(),
                       s.at("model").at("hash").get<std::string>());
   text += fmt::format("  {} search on {}: {}\n", s.at("search").get<std::string>(),
@@ -147,10 +150,12 @@ std::string studyText(const json& s) {
   const json& queue = s.value("queue", json(nullptr));
   if (!queue.is_null()) {
     // A study in a PostgreSQL store: its work queue and the workers on it now.
-    text += fmt::format("  queue: {} queued, {} running, {} done, {} failed after {} attempts\n",
-                        queue.at("queued").get<int64_t>(), queue.at("running").get<int64_t>(),
-                        queue.at("done").get<int64_t>(), queue.at("failed").get<int64_t>(),
-                        queue.at("max_attempts").get<int64_t>());
+    text += fmt::format(
+        "  queue: {} queued, {} running, {} done, {} failed (a trial is claimed at most {} "
+        "times)\n",
+        queue.at("queued").get<int64_t>(), queue.at("running").get<int64_t>(),
+        queue.at("done").get<int64_t>(), queue.at("failed").get<int64_t>(),
+        queue.at("max_attempts").get<int64_t>());
     for (const json& item : queue.at("running_items")) {
       text +=
           fmt::format("    {} {} on worker {} (attempt {})\n", item.at("kind").get<std::string>(),

@@ -264,7 +264,7 @@ Status Worker::handle(pg::Connection& claims, const Lane& lane, pg::QueueItem it
           : fmt::format("study {}: {} {} (phase {})", item.study,
                         item.kind == "control" ? "control trial of" : "trial of",
                         displayRoute(item.route), item.phase);
-  if (item.attempts > 1) {
+  if (item.attempts > 1 && item.attempts <= item.maxAttempts) {
     log_.line("{}: attempt {} of {} (the last worker, {}, lost its lease)", what, item.attempts,
               item.maxAttempts, item.lastWorker.empty() ? "unknown" : item.lastWorker);
   }
