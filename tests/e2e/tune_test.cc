@@ -873,6 +873,42 @@ TEST_F(KilnTune, TuneWithAStoreWorksOnItsStudyUntilDecided) {
       << unreachable.err;
 }
 
+// The store stopped mid-trial and started again: the worker waits for it, its trial goes back to
+// the queue (the result it could not record is not lost in a half-written state), and the study
+// finishes with every route recorded once.
+TEST_F(KilnTune, AWorkerWaitsForTheStoreToComeBack) {
+  kiln::testing::PgTestServer server(dir_ / "pg");
+  ASSERT_TRUE(server.started()) << server.error();
+  Outcome submitted = faulty(fmt::format(
+      "tune {} --tune '-test.fault=[none|slow] -cpu.threads=1' {} --store '{}' --submit", sample(),
+      kQuickTiming, server.uri()));
+  ASSERT_EQ(submitted.exitCode, 0) << submitted.out << submitted.err;
+  const pid_t worker = start(
+      {"worker", "--store", server.uri(), "--exit-when-idle", "2", "--lease", "2", "--poll", "0.2"},
+      dir_ / "worker.txt");
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (fileText(dir_ / "worker.txt").find("test.fault=slow (phase 1): starting") ==
+             std::string::npos &&
+         std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(server.stop());
+  std::this_thread::sleep_for(std::chrono::seconds(4));  // the slow trial ends meanwhile
+  ASSERT_TRUE(server.restart());
+  EXPECT_EQ(waitFor(worker), 0) << fileText(dir_ / "worker.txt");
+  const std::string log = fileText(dir_ / "worker.txt");
+  EXPECT_NE(log.find("the store cannot be reached"), std::string::npos) << log;
+  auto store = kiln::tune::pg::StudyStore::open(server.uri(), 0);
+  ASSERT_TRUE(store.isOk()) << store.status().message();
+  auto trials = store->trials();
+  ASSERT_TRUE(trials.isOk());
+  EXPECT_EQ(statusesByRoute(*trials),
+            (std::map<std::string, std::string>{{"-cpu.threads=1", "ok"},
+                                                {"-cpu.threads=1 -test.fault=slow", "ok"}}))
+      << log;
+  EXPECT_TRUE(store->header().count("finished_at")) << log;
+}
+
 // deploy/slurm's script, run with a stand-in for srun that starts two tasks on this machine as
 // Slurm would (SLURM_PROCID 0 and 1): its workers finish a queued study and exit when idle.
 TEST_F(KilnTune, TheSlurmScriptsWorkersFinishAStudy) {

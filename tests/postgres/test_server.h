@@ -41,6 +41,15 @@ class PgTestServer {
   const std::string& error() const { return error_; }
   const std::string& uri() const { return uri_; }
 
+  // Starts it again after stop(), with its data; true when it did.
+  bool restart() {
+    if (!started() || !stopped_) return false;
+    const std::string command =
+        std::string("'") + KILN_PG_SERVER_SCRIPT + "' restart '" + dir_.string() + "'";
+    stopped_ = std::system(command.c_str()) != 0;
+    return !stopped_;
+  }
+
   // Stops it (fast shutdown); true when it stopped or was not running.
   bool stop() {
     if (!started() || stopped_) return true;

@@ -64,6 +64,7 @@ CREATE TABLE queue(
   state TEXT NOT NULL CHECK (state IN ('queued', 'running', 'done', 'failed')),
   worker TEXT,
   last_worker TEXT,
+  last_error TEXT,
   lease_until TIMESTAMPTZ,
   attempts INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX queue_claimable ON queue(study, id) WHERE state IN ('queued', 'running');
@@ -116,6 +117,7 @@ QueueItem itemFromRow(const Rows& rows, size_t r) {
   item.maxAttempts = static_cast<int>(integer(cell("max_attempts")));
   item.worker = text(cell("worker"));
   item.lastWorker = text(cell("last_worker"));
+  item.lastError = text(cell("last_error"));
   item.target = text(cell("target"));
   return item;
 }
@@ -474,7 +476,8 @@ Result<std::optional<QueueItem>> claimItem(Connection& connection, const std::st
             "  lease_until = now() + make_interval(secs => $4), attempts = q.attempts + 1 "
             "FROM candidate WHERE q.id = candidate.id "
             "RETURNING q.id, q.study, q.kind, q.route, q.phase, q.position, q.attempts, q.worker,"
-            "  q.last_worker, (SELECT max_attempts FROM studies WHERE id = q.study) AS "
+            "  q.last_worker, q.last_error, (SELECT max_attempts FROM studies WHERE id = q.study) "
+            "AS "
             "max_attempts, (SELECT target FROM studies WHERE id = q.study) AS target",
             {target, worker, std::to_string(onlyStudy), fmt::format("{}", leaseSeconds), backend}));
     if (claimed.rows.empty()) {
@@ -528,12 +531,13 @@ Status releaseItem(Connection& connection, const QueueItem& item) {
       .status();
 }
 
-Status requeueItem(Connection& connection, const QueueItem& item) {
+Status requeueItem(Connection& connection, const QueueItem& item, const std::string& error) {
   return connection
       .exec(
-          "UPDATE queue SET state = 'queued', worker = NULL, last_worker = $2, lease_until = "
-          "NULL WHERE id = $1 AND worker = $2 AND attempts = $3 AND state = 'running'",
-          {std::to_string(item.id), item.worker, std::to_string(item.attempts)})
+          "UPDATE queue SET state = 'queued', worker = NULL, last_worker = $2, last_error = $4, "
+          "lease_until = NULL WHERE id = $1 AND worker = $2 AND attempts = $3 AND state = "
+          "'running'",
+          {std::to_string(item.id), item.worker, std::to_string(item.attempts), error})
       .status();
 }
 

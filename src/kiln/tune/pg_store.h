@@ -10,7 +10,7 @@
 //   header(study, key, value)          trials(study, iteration, phase, route, status, ...)
 //   comparisons(study, position, route, record)   blobs(study, name, bytes)
 //   queue(id, study, kind, route, phase, position, state, worker, lease_until, attempts,
-//         last_worker)
+//         last_worker, last_error)
 //       kind: trial | control | finalists; state: queued | running | done | failed.
 //
 // A worker claims the oldest claimable item (queued, or running under an expired lease) with
@@ -52,6 +52,7 @@ struct QueueItem {
   int maxAttempts = kDefaultMaxAttempts;
   std::string worker;      // who holds it now
   std::string lastWorker;  // who held it before (a lost lease)
+  std::string lastError;   // why the last attempt gave it back, if it said
   std::string target;      // the study's target once bound
 };
 
@@ -116,8 +117,9 @@ Result<bool> renewLease(Connection& connection, const QueueItem& item, double le
 // A worker stopping on request gives its item back without counting the attempt.
 Status releaseItem(Connection& connection, const QueueItem& item);
 
-// Gives the item back with its attempt counted (its step failed in a way worth retrying).
-Status requeueItem(Connection& connection, const QueueItem& item);
+// Gives the item back with its attempt counted: its step failed in this worker in a way that is
+// not a finding about the route (`error` says how), and another attempt may succeed.
+Status requeueItem(Connection& connection, const QueueItem& item, const std::string& error);
 
 // Within a transaction: locks the study's row (completions of one study are serialised) and
 // checks that `item` is still this claim's. False: the claim was lost; change nothing.

@@ -69,6 +69,8 @@ Connection::~Connection() {
   if (conn_) PQfinish(conn_);
 }
 
+bool Connection::broken() const { return !conn_ || PQstatus(conn_) != CONNECTION_OK; }
+
 Result<Rows> Connection::exec(std::string_view sql, const std::vector<Value>& params) {
   std::vector<const char*> values;
   for (const Value& p : params) values.push_back(p ? p->c_str() : nullptr);

@@ -47,6 +47,9 @@ class Connection {
   Result<Rows> exec(std::string_view sql, const std::vector<Value>& params = {});
 
   const std::string& where() const { return where_; }  // the redacted URI
+  // The connection to the server is gone (it stopped, restarted, or the network failed): a
+  // statement's error then says nothing about the statement, and a new connection may succeed.
+  bool broken() const;
 
  private:
   Connection(pg_conn* conn, std::string where) : conn_(conn), where_(std::move(where)) {}

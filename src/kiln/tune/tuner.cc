@@ -1192,7 +1192,16 @@ Result<int> submitStudy(const Study& study, std::map<std::string, std::string> h
                        .workRoot = study.workDir / "worker",
                        .quiet = options.quiet};
   KILN_ASSIGN_OR_RETURN(int code, runWorker(worker, stop));
-  if (code != 0) return code;
+  if (code != 0) {
+    if (!options.quiet) {
+      std::printf(
+          "stopped: study %lld stays in the store with every trial recorded so far; go on with "
+          "kiln worker --store '%s' --backend %s --study %lld\n",
+          static_cast<long long>(store.id()), uri.c_str(), options.backend.c_str(),
+          static_cast<long long>(store.id()));
+    }
+    return code;
+  }
   KILN_RETURN_IF_ERROR(store.reloadHeader());
   KILN_ASSIGN_OR_RETURN(json queue, store.queueJson());
   KILN_ASSIGN_OR_RETURN(json described, describeStudy(store, std::nullopt, queue));

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -223,23 +224,80 @@ std::string laneName(const Lane& lane) {
                      lane.gpu >= 0 ? fmt::format("/gpu{}", lane.gpu) : std::string());
 }
 
+// The store unreachable this many times in a row (a restart, a network partition, waited for
+// with a growing pause up to a minute: about ten minutes in all) ends the worker.
+constexpr int kStoreRetries = 12;
+// Steps that fail in this worker this many times in a row end it: a worker that cannot run
+// trials (a broken installation) must not use up every trial's attempts.
+constexpr int kStepFailures = 3;
+
 Status Worker::runLane(const Lane& lane) {
   const std::string name = laneName(lane);
-  KILN_ASSIGN_OR_RETURN(pg::Connection claims, pg::connectStore(options_.store));
+  std::optional<pg::Connection> claims;
+  int unreachable = 0, failedSteps = 0;
+  auto pause = [&](double seconds) {
+    for (double slept = 0; slept < seconds && !stop_.load(); slept += 0.1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  };
+  // Waits for a store that cannot be reached; gives up after kStoreRetries in a row. An error of
+  // a statement on a working connection is not waited for: it will not go away.
+  auto storeFailed = [&](const Status& status) -> Status {
+    if (claims && !claims->broken()) return status.withContext(name);
+    claims.reset();
+    if (++unreachable > kStoreRetries) {
+      return status.withContext(
+          fmt::format("{}: the store stayed unreachable after {} tries", name, kStoreRetries));
+    }
+    const double wait = std::min(60.0, double(1 << std::min(unreachable, 6)));
+    log_.line("{}: the store cannot be reached ({}); trying again in {:.0f} s", name,
+              status.message(), wait);
+    pause(wait);
+    return Status::ok();
+  };
   auto idleSince = Clock::now();
   while (!stop_.load()) {
-    KILN_ASSIGN_OR_RETURN(std::optional<pg::QueueItem> item,
-                          pg::claimItem(claims, target_, name, options_.leaseSeconds,
-                                        options_.onlyStudy, options_.backend));
-    if (item) {
-      KILN_RETURN_IF_ERROR(handle(claims, lane, std::move(*item)));
+    if (!claims) {
+      auto connected = pg::connectStore(options_.store);
+      if (!connected.isOk()) {
+        KILN_RETURN_IF_ERROR(storeFailed(connected.status()));
+        continue;
+      }
+      claims.emplace(std::move(connected).value());
+    }
+    auto item = pg::claimItem(*claims, target_, name, options_.leaseSeconds, options_.onlyStudy,
+                              options_.backend);
+    if (!item.isOk()) {
+      KILN_RETURN_IF_ERROR(storeFailed(item.status()));
+      continue;
+    }
+    unreachable = 0;
+    if (*item) {
+      const pg::QueueItem claimed = **item;
+      Status handled = handle(*claims, lane, claimed);
+      if (!handled.isOk()) {
+        // Not a finding about the route (the trial's process could not start, the store went
+        // away mid-step): the item goes back with its attempt counted, for any worker to try
+        // again until its attempts run out.
+        log_.line("{}: {}; the item goes back to the queue", name, handled.message());
+        if (!pg::requeueItem(*claims, claimed, handled.message()).isOk()) claims.reset();
+        if (++failedSteps >= kStepFailures) {
+          return handled.withContext(fmt::format(
+              "{}: {} steps in a row failed here; this worker stops", name, kStepFailures));
+        }
+      } else {
+        failedSteps = 0;
+      }
       idleSince = Clock::now();
       continue;
     }
     if (options_.exitWhenIdleSeconds >= 0) {
-      KILN_ASSIGN_OR_RETURN(bool left,
-                            pg::anyWorkLeft(claims, target_, options_.onlyStudy, options_.backend));
-      if (left) {
+      auto left = pg::anyWorkLeft(*claims, target_, options_.onlyStudy, options_.backend);
+      if (!left.isOk()) {
+        KILN_RETURN_IF_ERROR(storeFailed(left.status()));
+        continue;
+      }
+      if (*left) {
         idleSince = Clock::now();
       } else if (std::chrono::duration<double>(Clock::now() - idleSince).count() >=
                  options_.exitWhenIdleSeconds) {
@@ -247,9 +305,7 @@ Status Worker::runLane(const Lane& lane) {
         return Status::ok();
       }
     }
-    for (double slept = 0; slept < options_.pollSeconds && !stop_.load(); slept += 0.1) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
+    pause(options_.pollSeconds);
   }
   return Status::ok();
 }
@@ -273,10 +329,9 @@ Status Worker::handle(pg::Connection& claims, const Lane& lane, pg::QueueItem it
     std::lock_guard lock(studiesMu_);  // one lane writes a study's files at a time
     auto study = loadStudy(store, root_, lane);
     if (!study.isOk()) {
-      // The study cannot run here (its data is unreadable): give it back for another worker
-      // and say why; its attempts run out if no worker can.
-      log_.line("{}: cannot load the study: {}", what, study.status().message());
-      return Status::ok();
+      // The study cannot run here (its data is unreadable): given back for another worker (by
+      // runLane); its attempts run out if no worker can.
+      return study.status().withContext(what + ": cannot load the study");
     }
     loaded.emplace(std::move(study).value());
   }
@@ -285,10 +340,15 @@ Status Worker::handle(pg::Connection& claims, const Lane& lane, pg::QueueItem it
   if (item.attempts > item.maxAttempts) {
     // Claimed this often, it ended every worker that ran it (or they were lost while it ran):
     // recorded as failing rather than retried forever.
-    const std::string message = fmt::format(
-        "its worker was lost {} times (the last: {}): a worker that runs it dies, hangs or loses "
-        "the database; not tried again",
-        item.attempts - 1, item.lastWorker.empty() ? "unknown" : item.lastWorker);
+    const std::string last = item.lastWorker.empty() ? "unknown" : item.lastWorker;
+    const std::string message =
+        item.lastError.empty()
+            ? fmt::format(
+                  "its worker was lost {} times (the last: {}): a worker that runs it dies, "
+                  "hangs or loses the database; not tried again",
+                  item.attempts - 1, last)
+            : fmt::format("it failed in its worker {} times (the last: {}: {}); not tried again",
+                          item.attempts - 1, last, item.lastError);
     log_.line("{}: {}", what, message);
     if (item.kind == "finalists") {
       Decision decision;
@@ -330,7 +390,7 @@ Status Worker::handle(pg::Connection& claims, const Lane& lane, pg::QueueItem it
       // Not a finding about the routes: the round is tried again (by any worker) until its
       // attempts run out.
       log_.line("{}: {}; queued again", what, conclusion.decision.reason);
-      return pg::requeueItem(claims, item);
+      return pg::requeueItem(claims, item, conclusion.decision.reason);
     }
     KILN_ASSIGN_OR_RETURN(bool recorded,
                           complete(store, study, item, nullptr, &conclusion.decision, "done"));
