@@ -3,10 +3,14 @@
 // PostgreSQL (scripts/setup.sh), so a server that cannot start is a test failure, not a skip.
 #pragma once
 
+#include <gtest/gtest.h>
+#include <unistd.h>
+
 #include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 
 namespace kiln::testing {
@@ -64,6 +68,30 @@ class PgTestServer {
   std::string uri_;
   std::string error_;
   bool stopped_ = false;
+};
+
+// A fixture with a fresh server per test: uri_ reaches it.
+class PgServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/kiln-pg-XXXXXX";
+    ASSERT_NE(::mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+    server_ = std::make_unique<PgTestServer>(dir_);
+    ASSERT_TRUE(server_->started()) << server_->error();
+    uri_ = server_->uri();
+  }
+  void TearDown() override {
+    if (server_) {
+      EXPECT_TRUE(server_->stop());
+    }
+    server_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  std::filesystem::path dir_;
+  std::string uri_;
+  std::unique_ptr<PgTestServer> server_;
 };
 
 }  // namespace kiln::testing

@@ -19,24 +19,8 @@ namespace pg = kiln::tune::pg;
 using kiln::tune::TrialRecord;
 using kiln::tune::TrialStatus;
 
-class PgStoreTest : public ::testing::Test {
+class PgStoreTest : public kiln::testing::PgServerTest {
  protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/kiln-pgstore-XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-    server_ = std::make_unique<kiln::testing::PgTestServer>(dir_);
-    ASSERT_TRUE(server_->started()) << server_->error();
-    uri_ = server_->uri();
-  }
-  void TearDown() override {
-    if (server_) {
-      EXPECT_TRUE(server_->stop());
-    }
-    server_.reset();
-    fs::remove_all(dir_);
-  }
-
   // A study with `routes` queued in phase one.
   pg::StudyStore study(const std::vector<std::string>& routes, int maxAttempts = 3,
                        const std::string& backend = "cpu") {
@@ -52,10 +36,6 @@ class PgStoreTest : public ::testing::Test {
     EXPECT_TRUE(connection.isOk()) << connection.status().message();
     return std::move(connection).value();
   }
-
-  fs::path dir_;
-  std::string uri_;
-  std::unique_ptr<kiln::testing::PgTestServer> server_;
 };
 
 TEST(ByteaHex, RoundTripsEveryByte) {

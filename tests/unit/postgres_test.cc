@@ -18,28 +18,7 @@ namespace {
 namespace fs = std::filesystem;
 namespace pg = kiln::tune::pg;
 
-class PostgresTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/kiln-pg-XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-    server_ = std::make_unique<kiln::testing::PgTestServer>(dir_);
-    ASSERT_TRUE(server_->started()) << server_->error();
-    uri_ = server_->uri();
-  }
-  void TearDown() override {
-    if (server_) {
-      EXPECT_TRUE(server_->stop());
-    }
-    server_.reset();
-    fs::remove_all(dir_);
-  }
-
-  fs::path dir_;
-  std::string uri_;
-  std::unique_ptr<kiln::testing::PgTestServer> server_;
-};
+using PostgresTest = kiln::testing::PgServerTest;
 
 TEST(PostgresUri, RecognisedAndRedacted) {
   EXPECT_TRUE(pg::isUri("postgresql://host/db"));

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <functional>
 
 #include "kiln/base/file.h"
 #include "kiln/cli/commands.h"
@@ -103,16 +104,16 @@ Status prepare(TuneFlags& flags, const CLI::App& sub) {
   return Status::ok();
 }
 
-int runTuneCommand(TuneFlags& flags, const CLI::App& sub) {
-  if (Status s = prepare(flags, sub); !s.isOk()) return reportError(s);
-  flags.options.commandLine = commandLine();
+// Runs `work` (kiln tune, kiln worker) with SIGINT and SIGTERM setting gStopRequested, so that
+// it stops cleanly, and reports its error.
+int runStoppable(const std::function<Result<int>(const std::atomic<bool>&)>& work) {
   struct sigaction action {};
   action.sa_handler = onStopSignal;
   sigemptyset(&action.sa_mask);
   ::sigaction(SIGINT, &action, nullptr);
   ::sigaction(SIGTERM, &action, nullptr);
   try {
-    auto result = tune::runTune(flags.options, gStopRequested);
+    auto result = work(gStopRequested);
     if (!result.isOk()) return reportError(result.status());
     return *result;
   } catch (const std::filesystem::filesystem_error& e) {
@@ -120,6 +121,13 @@ int runTuneCommand(TuneFlags& flags, const CLI::App& sub) {
     // it): every completed trial is already in the store.
     return reportError(ioError("{}", e.what()));
   }
+}
+
+int runTuneCommand(TuneFlags& flags, const CLI::App& sub) {
+  if (Status s = prepare(flags, sub); !s.isOk()) return reportError(s);
+  flags.options.commandLine = commandLine();
+  return runStoppable(
+      [&](const std::atomic<bool>& stop) { return tune::runTune(flags.options, stop); });
 }
 
 int exportCache(const std::string& path) {
@@ -307,18 +315,8 @@ Command addWorkerCommand(CLI::App& app) {
       "Exit codes: 0 idle for --exit-when-idle, 1 bad input, 3 internal error, 130 stopped by a "
       "signal (the trial in flight goes back to the queue).");
   return {sub, [options] {
-            struct sigaction action {};
-            action.sa_handler = onStopSignal;
-            sigemptyset(&action.sa_mask);
-            ::sigaction(SIGINT, &action, nullptr);
-            ::sigaction(SIGTERM, &action, nullptr);
-            try {
-              auto result = tune::runWorker(*options, gStopRequested);
-              if (!result.isOk()) return reportError(result.status());
-              return *result;
-            } catch (const std::filesystem::filesystem_error& e) {
-              return reportError(ioError("{}", e.what()));
-            }
+            return runStoppable(
+                [&](const std::atomic<bool>& stop) { return tune::runWorker(*options, stop); });
           }};
 }
 

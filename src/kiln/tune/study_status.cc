@@ -19,15 +19,19 @@ namespace kiln::tune {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
+std::string lockHolder(int fd) {
+  char holder[32] = {};
+  const ssize_t n = ::pread(fd, holder, sizeof holder - 1, 0);
+  return n > 0 ? std::string(holder, static_cast<size_t>(n)) : "unknown";
+}
+
 std::optional<std::string> runningTuner(const fs::path& cache) {
   const fs::path lock = fs::path(cache.string() + ".d") / "lock";
   const int fd = ::open(lock.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
   std::optional<std::string> pid;
   if (::flock(fd, LOCK_SH | LOCK_NB) != 0) {
-    char holder[32] = {};
-    const ssize_t n = ::pread(fd, holder, sizeof holder - 1, 0);
-    pid = n > 0 ? std::string(holder, static_cast<size_t>(n)) : "unknown";
+    pid = lockHolder(fd);
   } else {
     ::flock(fd, LOCK_UN);
   }

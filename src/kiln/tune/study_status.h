@@ -14,6 +14,9 @@
 
 namespace kiln::tune {
 
+// The pid a work folder's lock file holds (written by the tuner that locked it), or "unknown".
+std::string lockHolder(int fd);
+
 // The pid of the `kiln tune` working on the store at `cache` now (it holds the lock of the work
 // folder `<cache>.d`), or nothing. Takes no lock and changes nothing.
 std::optional<std::string> runningTuner(const std::filesystem::path& cache);

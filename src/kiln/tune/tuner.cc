@@ -953,11 +953,8 @@ Result<WorkFolderLock> lockWorkFolder(const fs::path& folder, const fs::path& ca
   lock.fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (lock.fd < 0) return ioError("cannot open {}: {}", path.string(), std::strerror(errno));
   if (::flock(lock.fd, LOCK_EX | LOCK_NB) != 0) {
-    char holder[32] = {};
-    const ssize_t n = ::pread(lock.fd, holder, sizeof holder - 1, 0);
     return invalidInput("another kiln tune (pid {}) is using {}; wait for it or stop it first",
-                        n > 0 ? std::string(holder, static_cast<size_t>(n)) : "unknown",
-                        cache.empty() ? folder.string() : cache.string());
+                        lockHolder(lock.fd), cache.empty() ? folder.string() : cache.string());
   }
   const std::string pid = std::to_string(::getpid());
   if (::ftruncate(lock.fd, 0) != 0 || ::pwrite(lock.fd, pid.data(), pid.size(), 0) < 0) {

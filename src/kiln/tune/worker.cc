@@ -336,6 +336,16 @@ Status Worker::handle(pg::Connection& claims, const Lane& lane, pg::QueueItem it
     loaded.emplace(std::move(study).value());
   }
   Study& study = *loaded;
+  // The step was stopped before it ended: its lease was lost (another worker has the item now)
+  // or this worker is stopping (the item goes back without counting the attempt).
+  auto stoppedMidStep = [&]() -> Status {
+    if (heartbeat.lost.load()) {
+      log_.line("{}: lost the lease; another worker has it now", what);
+      return Status::ok();
+    }
+    log_.line("{}: stopped; given back to the queue", what);
+    return pg::releaseItem(claims, item);
+  };
 
   if (item.attempts > item.maxAttempts) {
     // Claimed this often, it ended every worker that ran it (or they were lost while it ran):
@@ -378,13 +388,7 @@ Status Worker::handle(pg::Connection& claims, const Lane& lane, pg::QueueItem it
                           concludeStudy(study, store, records, drift.value_or(0.0), false, 0, "",
                                         heartbeat.trialStop, Clock::time_point::max(), progress));
     if (conclusion.stopped) {
-      if (heartbeat.lost.load()) {
-        log_.line("{}: lost the lease; another worker has it now", what);
-      } else {
-        log_.line("{}: stopped; given back to the queue", what);
-        KILN_RETURN_IF_ERROR(pg::releaseItem(claims, item));
-      }
-      return Status::ok();
+      return stoppedMidStep();
     }
     if (conclusion.harnessFailed) {
       // Not a finding about the routes: the round is tried again (by any worker) until its
@@ -410,13 +414,7 @@ Status Worker::handle(pg::Connection& claims, const Lane& lane, pg::QueueItem it
   std::error_code ignored;
   fs::remove_all(study.workDir / "trials" / tag, ignored);
   if (run.stopped) {
-    if (heartbeat.lost.load()) {
-      log_.line("{}: lost the lease; another worker has it now", what);
-    } else {
-      log_.line("{}: stopped; given back to the queue", what);
-      KILN_RETURN_IF_ERROR(pg::releaseItem(claims, item));
-    }
-    return Status::ok();
+    return stoppedMidStep();
   }
   // The engine stays only as long as a finalist round here could want it; every worker
   // rebuilds the finalists' engines from their routes.
