@@ -909,6 +909,52 @@ TEST_F(KilnTune, AWorkerWaitsForTheStoreToComeBack) {
   EXPECT_TRUE(store->header().count("finished_at")) << log;
 }
 
+// A worker with --gpus runs one trial at a time on each GPU named, and holds those GPUs: another
+// kiln worker or kiln tune on one of them is refused (two trials timed on one GPU would disturb
+// each other), while one on another GPU runs beside it.
+TEST_F(KilnTune, AWorkerRunsATrialPerGpuAndHoldsItsGpus) {
+  kiln::testing::PgTestServer server(dir_ / "pg");
+  ASSERT_TRUE(server.started()) << server.error();
+  Outcome submitted = faulty(fmt::format(
+      "tune {} --tune '-test.fault=[none|slow] -test.delay_a=* -cpu.threads=1' {} --store '{}' "
+      "--submit",
+      sample(), kQuickTiming, server.uri()));
+  ASSERT_EQ(submitted.exitCode, 0) << submitted.out << submitted.err;
+  const pid_t worker = start({"worker", "--store", server.uri(), "--gpus", "1,3",
+                              "--exit-when-idle", "2", "--poll", "0.2"},
+                             dir_ / "worker.txt");
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (fileText(dir_ / "worker.txt").find("starting") == std::string::npos &&
+         std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  Outcome second =
+      faulty(fmt::format("worker --store '{}' --gpus 3 --exit-when-idle 0", server.uri()));
+  EXPECT_EQ(second.exitCode, 1) << second.out << second.err;
+  EXPECT_NE(second.err.find(fmt::format("GPU 3 (pretend-")), std::string::npos) << second.err;
+  EXPECT_NE(second.err.find(
+                fmt::format("is in use by another kiln tune or kiln worker (pid {})", worker)),
+            std::string::npos)
+      << second.err;
+  Outcome tune =
+      faulty(fmt::format("tune {} --tune '-test.delay_a=*' --gpus 1 {}", sample(), kQuickTiming));
+  EXPECT_EQ(tune.exitCode, 1) << tune.out << tune.err;
+  EXPECT_NE(tune.err.find("is in use by another kiln tune or kiln worker"), std::string::npos)
+      << tune.err;
+  Outcome beside = faulty(
+      fmt::format("tune {} --tune '-test.delay_a=*' --gpus 0 {} --quiet", sample(), kQuickTiming));
+  EXPECT_EQ(beside.exitCode, 0) << beside.err;
+
+  EXPECT_EQ(waitFor(worker), 0) << fileText(dir_ / "worker.txt");
+  auto connection = kiln::tune::pg::connectStore(server.uri());
+  ASSERT_TRUE(connection.isOk());
+  auto workers = connection->exec("SELECT DISTINCT worker FROM trials ORDER BY worker");
+  ASSERT_TRUE(workers.isOk());
+  ASSERT_EQ(workers->rows.size(), 2u) << fileText(dir_ / "worker.txt");
+  EXPECT_NE(workers->rows[0][0]->find("/gpu1"), std::string::npos);
+  EXPECT_NE(workers->rows[1][0]->find("/gpu3"), std::string::npos);
+}
+
 // deploy/slurm's script, run with a stand-in for srun that starts two tasks on this machine as
 // Slurm would (SLURM_PROCID 0 and 1): its workers finish a queued study and exit when idle.
 TEST_F(KilnTune, TheSlurmScriptsWorkersFinishAStudy) {

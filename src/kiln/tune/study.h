@@ -31,6 +31,23 @@ struct Lane {
   int gpu = -1;                          // the --gpus index; -1: not pinned
   std::vector<std::string> environment;  // {"CUDA_VISIBLE_DEVICES=<the device>"} when pinned
   std::string visibleDevices;            // what the trial should see in CUDA_VISIBLE_DEVICES
+  std::string deviceId;  // the GPU's UUID ("" for the CPU): what GpuLocks locks
+};
+
+// Exclusive host-wide locks on the lanes' GPUs (flock on /tmp/kiln-gpu-<uuid>.lock, held until
+// destroyed, released by the kernel when the process dies), so that no two kiln processes
+// (`kiln tune`, `kiln worker`) time trials on one GPU at once.
+class GpuLocks {
+ public:
+  // Refuses a GPU another kiln holds, naming it and the holder's pid.
+  static Result<GpuLocks> acquire(const std::vector<Lane>& lanes);
+  GpuLocks(GpuLocks&& other) noexcept : fds_(std::move(other.fds_)) { other.fds_.clear(); }
+  GpuLocks& operator=(GpuLocks&&) = delete;
+  ~GpuLocks();
+
+ private:
+  GpuLocks() = default;
+  std::vector<int> fds_;
 };
 
 // Everything a run needs besides the store: the parsed study and its data, ready for trials.

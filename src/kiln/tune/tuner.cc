@@ -237,26 +237,47 @@ namespace detail {
 // the model the study's target fingerprint names (device 0), since the trials' times are compared
 // with one another.
 Result<std::vector<Lane>> lanesFor(const TuneOptions& options) {
-  if (options.gpus.empty()) return std::vector<Lane>{Lane{}};
-  std::vector<std::string> names;
+  // The GPUs this process sees: names (one model for a study) and ids (for the GPU locks).
+  std::vector<std::string> names, ids;
+  Status enumerated = Status::ok();
   if (const int pretend = faultInjection().pretendGpus; pretend > 0) {
-    names.assign(static_cast<size_t>(pretend), "a pretended GPU (test build)");
-  } else if (options.backend != "cuda") {
+    // Test builds: ids unique to the folder the process runs in, so that the processes of one
+    // test contend for these GPUs and those of tests running at once do not.
+    std::error_code ignored;
+    const std::string where = knobs::stableHash(fs::current_path(ignored).string());
+    for (int i = 0; i < pretend; ++i) {
+      names.push_back("a pretended GPU (test build)");
+      ids.push_back(fmt::format("pretend-{}-{}", where, i));
+    }
+  } else if (options.backend == "cuda") {
+#if KILN_HAVE_CUDA
+    auto visible = cuda::visibleDevices();
+    if (visible.isOk()) {
+      for (const auto& device : *visible) {
+        names.push_back(device.name);
+        ids.push_back(device.uuid);
+      }
+    } else {
+      enumerated = visible.status();
+    }
+#else
+    enumerated = Status(StatusCode::kUnsupported, "this kiln was built without the CUDA backend");
+#endif
+  }
+  if (options.gpus.empty()) {
+    // One unpinned lane, on the device CUDA shows first (if any: without one, the CUDA
+    // backend's target fingerprint says why).
+    Lane lane;
+    if (options.backend == "cuda" && !ids.empty()) lane.deviceId = ids.front();
+    return std::vector<Lane>{lane};
+  }
+  if (faultInjection().pretendGpus <= 0 && options.backend != "cuda") {
     return invalidInput(
         "--gpus {}: GPUs are for --backend cuda; the {} backend's trials run one at a time, since "
         "two timed at once would share the cores and memory bandwidth they measure",
         options.gpus, options.backend);
-  } else {
-#if KILN_HAVE_CUDA
-    auto visible = cuda::visibleDeviceNames();
-    if (!visible.isOk()) return visible.status().withContext("--gpus " + options.gpus);
-    names = std::move(*visible);
-#else
-    return Status(
-        StatusCode::kUnsupported,
-        fmt::format("--gpus {}: this kiln was built without the CUDA backend", options.gpus));
-#endif
   }
+  if (!enumerated.isOk()) return enumerated.withContext("--gpus " + options.gpus);
   std::vector<int> chosen;
   if (options.gpus == "all") {
     for (size_t i = 0; i < names.size(); ++i) chosen.push_back(static_cast<int>(i));
@@ -304,6 +325,7 @@ Result<std::vector<Lane>> lanesFor(const TuneOptions& options) {
   for (int index : chosen) {
     Lane lane;
     lane.gpu = index;
+    lane.deviceId = ids[static_cast<size_t>(index)];
     lane.visibleDevices = static_cast<size_t>(index) < parentList.size()
                               ? parentList[static_cast<size_t>(index)]
                               : std::to_string(index);
@@ -963,6 +985,38 @@ Result<WorkFolderLock> lockWorkFolder(const fs::path& folder, const fs::path& ca
   return lock;
 }
 
+Result<GpuLocks> GpuLocks::acquire(const std::vector<Lane>& lanes) {
+  GpuLocks locks;
+  for (const Lane& lane : lanes) {
+    if (lane.deviceId.empty()) continue;
+    // In /tmp whatever TMPDIR says (Slurm gives each job its own): the lock is the host's.
+    const fs::path path = fs::path("/tmp") / fmt::format("kiln-gpu-{}.lock", lane.deviceId);
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    const bool writable = fd >= 0;
+    if (fd < 0) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);  // another user's lock file
+    if (fd < 0) return ioError("cannot open {}: {}", path.string(), std::strerror(errno));
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      const std::string holder = lockHolder(fd);
+      ::close(fd);
+      return invalidInput(
+          "{} ({}) is in use by another kiln tune or kiln worker (pid {}): two trials timed on "
+          "one GPU would disturb each other's times; wait for it, stop it, or choose other GPUs",
+          lane.gpu >= 0 ? fmt::format("GPU {}", lane.gpu) : std::string("the GPU"), lane.deviceId,
+          holder);
+    }
+    const std::string pid = std::to_string(::getpid());
+    if (writable && (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0)) {
+      // The pid is only for the message of a refused second process; the lock itself holds.
+    }
+    locks.fds_.push_back(fd);
+  }
+  return locks;
+}
+
+GpuLocks::~GpuLocks() {
+  for (int fd : fds_) ::close(fd);
+}
+
 fs::path manifestPathFor(const fs::path& engine) {
   fs::path manifest = engine;
   return manifest.replace_extension(".manifest.json");
@@ -1379,6 +1433,12 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
   KILN_ASSIGN_OR_RETURN(study.executable, currentExecutable());
   KILN_ASSIGN_OR_RETURN(const json target, targetFingerprint(options.backend));
   KILN_ASSIGN_OR_RETURN(study.lanes, lanesFor(options));
+  // A shared store's study runs on its workers, which lock their own GPUs.
+  std::optional<GpuLocks> gpuLocks;
+  if (!shared) {
+    KILN_ASSIGN_OR_RETURN(GpuLocks locked, GpuLocks::acquire(study.lanes));
+    gpuLocks.emplace(std::move(locked));
+  }
 
   if (options.cache.empty()) {
     char pattern[] = "/tmp/kiln-tune-XXXXXX";

@@ -526,6 +526,7 @@ Result<int> runWorker(const WorkerOptions& options, const std::atomic<bool>& sto
   laneOptions.backend = options.backend;
   laneOptions.gpus = options.gpus;
   KILN_ASSIGN_OR_RETURN(std::vector<Lane> lanes, lanesFor(laneOptions));
+  KILN_ASSIGN_OR_RETURN(GpuLocks gpuLocks, GpuLocks::acquire(lanes));
   KILN_ASSIGN_OR_RETURN(const json target, targetFingerprint(options.backend));
   fs::path root = options.workRoot;
   if (root.empty()) root = fs::temp_directory_path() / fmt::format("kiln-worker-{}", ::getuid());

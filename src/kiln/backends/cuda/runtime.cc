@@ -122,7 +122,7 @@ Result<DeviceInfo> currentDevice() {
 
 bool deviceAvailable() { return currentDevice().isOk(); }
 
-Result<std::vector<std::string>> visibleDeviceNames() {
+Result<std::vector<VisibleDevice>> visibleDevices() {
   int count = 0;
   const cudaError_t error = cudaGetDeviceCount(&count);
   if (error != cudaSuccess || count == 0) {
@@ -131,13 +131,18 @@ Result<std::vector<std::string>> visibleDeviceNames() {
         fmt::format("no CUDA device is visible ({})",
                     error == cudaSuccess ? "the driver reports none" : cudaGetErrorString(error)));
   }
-  std::vector<std::string> names;
+  std::vector<VisibleDevice> devices;
   for (int ordinal = 0; ordinal < count; ++ordinal) {
     cudaDeviceProp props{};
     KILN_CUDA_CHECK(cudaGetDeviceProperties(&props, ordinal));
-    names.emplace_back(props.name);
+    std::string uuid = "GPU-";
+    for (int i = 0; i < 16; ++i) {
+      if (i == 4 || i == 6 || i == 8 || i == 10) uuid += '-';
+      uuid += fmt::format("{:02x}", static_cast<unsigned char>(props.uuid.bytes[i]));
+    }
+    devices.push_back({props.name, uuid});
   }
-  return names;
+  return devices;
 }
 
 DeviceMemory::~DeviceMemory() {

@@ -51,8 +51,14 @@ struct DeviceInfo {
 Result<DeviceInfo> currentDevice();
 // True when currentDevice() succeeds (tests skip without one).
 bool deviceAvailable();
-// The name of every device CUDA_VISIBLE_DEVICES shows, by ordinal (kUnsupported without one).
-Result<std::vector<std::string>> visibleDeviceNames();
+// Every device CUDA_VISIBLE_DEVICES shows, by ordinal (kUnsupported without one): its name and
+// its UUID ("GPU-8c6e...", as nvidia-smi writes it), which names one GPU in every process
+// whatever CUDA_VISIBLE_DEVICES says.
+struct VisibleDevice {
+  std::string name;
+  std::string uuid;
+};
+Result<std::vector<VisibleDevice>> visibleDevices();
 
 // Owning wrappers. Each is move-only and frees its resource on destruction.
 class DeviceMemory {
