@@ -159,6 +159,8 @@ Result<Connection> connectStore(const std::string& uri) {
   KILN_ASSIGN_OR_RETURN(Connection connection, Connection::open(uri));
   // Warnings (a table already there) are not for the user.
   KILN_RETURN_IF_ERROR(connection.exec("SET client_min_messages = warning").status());
+  // Blobs cross as bytea's hex text, whatever the server's default output.
+  KILN_RETURN_IF_ERROR(connection.exec("SET bytea_output = hex").status());
   KILN_ASSIGN_OR_RETURN(Transaction transaction, Transaction::begin(connection));
   KILN_RETURN_IF_ERROR(
       connection.exec("SELECT pg_advisory_xact_lock($1)", {std::to_string(kSchemaLock)}).status());
@@ -472,7 +474,8 @@ Result<std::optional<QueueItem>> claimItem(Connection& connection, const std::st
             "    AND ($3::bigint = 0 OR q.study = $3::bigint)"
             "    AND (q.state = 'queued' OR (q.state = 'running' AND q.lease_until < now()))"
             "  ORDER BY q.study, q.id LIMIT 1 FOR UPDATE OF q SKIP LOCKED) "
-            "UPDATE queue q SET state = 'running', last_worker = q.worker, worker = $2,"
+            "UPDATE queue q SET state = 'running', last_worker = COALESCE(q.worker, q.last_worker),"
+            "  last_error = CASE WHEN q.worker IS NULL THEN q.last_error END, worker = $2,"
             "  lease_until = now() + make_interval(secs => $4), attempts = q.attempts + 1 "
             "FROM candidate WHERE q.id = candidate.id "
             "RETURNING q.id, q.study, q.kind, q.route, q.phase, q.position, q.attempts, q.worker,"
@@ -549,7 +552,7 @@ Result<bool> lockForCompletion(Connection& connection, const QueueItem& item) {
   KILN_ASSIGN_OR_RETURN(
       Rows mine,
       connection.exec("SELECT id FROM queue WHERE id = $1 AND worker = $2 AND attempts = $3 AND "
-                      "state = 'running'",
+                      "state = 'running' FOR UPDATE",
                       {std::to_string(item.id), item.worker, std::to_string(item.attempts)}));
   return !mine.rows.empty();
 }

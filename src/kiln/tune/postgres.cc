@@ -43,7 +43,14 @@ Result<Value> Rows::first(std::string_view name) const {
 
 Result<Connection> Connection::open(const std::string& uri) {
   const std::string where = redacted(uri);
-  pg_conn* conn = PQconnectdb(uri.c_str());
+  // kiln's defaults first: the URI's own settings (expanded from dbname) override them. A store
+  // that does not answer within 10 s, or a connection silent for about a minute, is an error
+  // rather than a wait of hours (TCP's own timeouts).
+  const char* keywords[] = {
+      "connect_timeout",  "keepalives",       "keepalives_idle", "keepalives_interval",
+      "keepalives_count", "tcp_user_timeout", "dbname",          nullptr};
+  const char* values[] = {"10", "1", "30", "10", "3", "60000", uri.c_str(), nullptr};
+  pg_conn* conn = PQconnectdbParams(keywords, values, /*expand_dbname=*/1);
   if (!conn) return ioError("cannot connect to {}: out of memory", where);
   if (PQstatus(conn) != CONNECTION_OK) {
     const std::string message = trimmed(PQerrorMessage(conn));

@@ -31,7 +31,7 @@ struct Lane {
   int gpu = -1;                          // the --gpus index; -1: not pinned
   std::vector<std::string> environment;  // {"CUDA_VISIBLE_DEVICES=<the device>"} when pinned
   std::string visibleDevices;            // what the trial should see in CUDA_VISIBLE_DEVICES
-  std::string deviceId;  // the GPU's UUID ("" for the CPU): what GpuLocks locks
+  std::string deviceId;                  // the GPU's UUID ("" for the CPU): what GpuLocks locks
 };
 
 // Exclusive host-wide locks on the lanes' GPUs (flock on /tmp/kiln-gpu-<uuid>.lock, held until
@@ -67,6 +67,9 @@ struct Study {
   // The finalist round rebuilds every route's engine in its process instead of loading the
   // trials' engine files (a worker of a shared store: the trials ran on other machines).
   bool rebuildFinalists = false;
+  // concludeStudy leaves the comparisons it measured for the caller to store (a worker stores
+  // them with the decision, in the transaction that checks its claim).
+  bool deferComparisons = false;
 };
 
 struct TrialRun {
@@ -106,9 +109,10 @@ const TrialRecord* findRecord(const std::vector<TrialRecord>& records, const std
 struct Conclusion {
   Decision decision;
   std::vector<ComparisonRecord> comparisons;
-  bool keepTrialFiles = false;  // the evidence of a failed finalist round
-  bool harnessFailed = false;   // the finalist round's process failed: exit code 3
-  bool stopped = false;         // stopped during the finalist round: nothing decided
+  bool keepTrialFiles = false;       // the evidence of a failed finalist round
+  bool harnessFailed = false;        // the finalist round's process failed: exit code 3
+  bool stopped = false;              // stopped during the finalist round: nothing decided
+  bool measuredComparisons = false;  // `comparisons` were measured now (not read back)
 };
 // Once every planned trial is recorded (or the tuning timeout ended the run: `outOfTime`, with
 // `remaining` routes not measured): re-measures the finalists interleaved with the default

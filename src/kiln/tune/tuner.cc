@@ -1120,7 +1120,10 @@ Result<Conclusion> concludeStudy(const Study& study, ResultStore& store,
           outOfTime = true;
           failure = "the tuning timeout was reached during the finalist round";
         }
-        if (failure.empty()) KILN_RETURN_IF_ERROR(store.setComparisons(comparisons));
+        if (failure.empty()) {
+          conclusion.measuredComparisons = true;
+          if (!study.deferComparisons) KILN_RETURN_IF_ERROR(store.setComparisons(comparisons));
+        }
       }
       const ComparisonRecord* best = nullptr;
       for (const auto& c : comparisons) {
@@ -1431,7 +1434,12 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
     }
   }
   KILN_ASSIGN_OR_RETURN(study.executable, currentExecutable());
-  KILN_ASSIGN_OR_RETURN(const json target, targetFingerprint(options.backend));
+  // A shared store's study is bound to the target of its first worker, not this machine's
+  // (which may have no GPU).
+  json target = nullptr;
+  if (!shared) {
+    KILN_ASSIGN_OR_RETURN(target, targetFingerprint(options.backend));
+  }
   KILN_ASSIGN_OR_RETURN(study.lanes, lanesFor(options));
   // A shared store's study runs on its workers, which lock their own GPUs.
   std::optional<GpuLocks> gpuLocks;

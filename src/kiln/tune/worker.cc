@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -57,7 +58,9 @@ class Log {
 
 // The study's files in this worker's folder: the model and the data, from the store's blobs
 // (written once per study and checked against the hashes the submitter recorded).
-Result<Study> loadStudy(pg::StudyStore& store, const fs::path& root, const Lane& lane) {
+// What the header says of the study (its settings, expression and default route): enough to
+// move it on (Worker::advance) without its files.
+Result<Study> studyFromHeader(const pg::StudyStore& store) {
   const auto& header = store.header();
   auto field = [&](const std::string& key) -> Result<std::string> {
     auto it = header.find(key);
@@ -92,9 +95,27 @@ Result<Study> loadStudy(pg::StudyStore& store, const fs::path& root, const Lane&
     return invalidInput("{}: the trial limits are unreadable: {}", store.where(), e.what());
   }
   options.timingCacheFile.clear();  // each worker's own, in its folder
+  KILN_ASSIGN_OR_RETURN(study.expression, knobs::parseRouteExpression(options.expression));
+  study.baseline = study.expression.pinned.canonicalText();
+  return study;
+}
 
+// The study's files in this worker's folder: the model and the data, from the store's blobs
+// (written once per study and checked against the hashes the submitter recorded).
+Status loadStudyFiles(Study& study, pg::StudyStore& store, const fs::path& root, const Lane& lane) {
+  const auto& header = store.header();
+  auto field = [&](const std::string& key) -> Result<std::string> {
+    auto it = header.find(key);
+    if (it == header.end()) return invalidInput("{}: the header has no '{}'", store.where(), key);
+    return it->second;
+  };
+  TuneOptions& options = study.options;
   study.workDir = root / fmt::format("study-{}", store.id());
-  fs::create_directories(study.workDir / "data");
+  std::error_code error;
+  fs::create_directories(study.workDir / "data", error);
+  if (error) {
+    return ioError("cannot create {}: {}", (study.workDir / "data").string(), error.message());
+  }
   // The model, from the store, unless this worker already has it.
   KILN_ASSIGN_OR_RETURN(const std::string modelHash, field("model_hash"));
   const fs::path model = study.workDir / "model.onnx";
@@ -128,8 +149,6 @@ Result<Study> loadStudy(pg::StudyStore& store, const fs::path& root, const Lane&
     }
   }
   KILN_RETURN_IF_ERROR(reloadData(study, data).withContext(store.where()));
-  KILN_ASSIGN_OR_RETURN(study.expression, knobs::parseRouteExpression(options.expression));
-  study.baseline = study.expression.pinned.canonicalText();
   onnx::ImportOptions importOptions;
   KILN_ASSIGN_OR_RETURN(importOptions.inputShapes, onnx::parseShapeSpec(options.shapes));
   KILN_ASSIGN_OR_RETURN(onnx::Model imported, onnx::importModel(model, importOptions));
@@ -137,7 +156,8 @@ Result<Study> loadStudy(pg::StudyStore& store, const fs::path& root, const Lane&
   KILN_ASSIGN_OR_RETURN(study.executable, currentExecutable());
   study.lanes = {lane};
   study.rebuildFinalists = true;
-  return study;
+  study.deferComparisons = true;
+  return Status::ok();
 }
 
 // Renews a claim's lease until stopped; sets `lost` (and `trialStop`) when the claim is no
@@ -145,29 +165,32 @@ Result<Study> loadStudy(pg::StudyStore& store, const fs::path& root, const Lane&
 class Heartbeat {
  public:
   Heartbeat(const WorkerOptions& options, const pg::QueueItem& item,
-            const std::atomic<bool>& workerStop)
-      : thread_([this, &options, item, &workerStop] {
+            const std::atomic<bool>& workerStop, const std::atomic<bool>& workerHalt)
+      : thread_([this, &options, item, &workerStop, &workerHalt] {
           auto connection = pg::Connection::open(options.store);
           auto next = Clock::now();
           std::unique_lock lock(mu_);
           while (!done_) {
-            if (workerStop.load()) trialStop.store(true);
+            if (workerStop.load() || workerHalt.load()) trialStop.store(true);
             if (Clock::now() >= next) {
-              next = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                        std::chrono::duration<double>(options.leaseSeconds / 3));
-              // A failed renewal (the database unreachable for a moment) is tried again; the
-              // lease runs out only if it stays unreachable.
-              if (connection.isOk()) {
-                lock.unlock();
-                auto renewed = pg::renewLease(*connection, item, options.leaseSeconds);
-                lock.lock();
-                if (renewed.isOk() && !*renewed) {
-                  lost.store(true);
-                  trialStop.store(true);
-                }
-              } else {
+              // A renewal that fails (the store unreachable for a moment) is tried again each
+              // second, on a new connection once the old one broke; the lease runs out only if
+              // the store stays unreachable for as long.
+              lock.unlock();
+              if (!connection.isOk() || connection->broken()) {
                 connection = pg::Connection::open(options.store);
               }
+              Result<bool> renewed = connection.isOk()
+                                         ? pg::renewLease(*connection, item, options.leaseSeconds)
+                                         : Result<bool>(connection.status());
+              lock.lock();
+              if (renewed.isOk() && !*renewed) {
+                lost.store(true);
+                trialStop.store(true);
+              }
+              next = Clock::now() +
+                     std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                         renewed.isOk() ? options.leaseSeconds / 3 : 1.0));
             }
             cv_.wait_for(lock, std::chrono::milliseconds(200));
           }
@@ -201,14 +224,18 @@ class Worker {
         root_(std::move(root)),
         log_(options.quiet) {}
 
+  // One lane's loop: claim, run, record, until stopped, idle or failed (which stops the other
+  // lanes too).
   Status runLane(const Lane& lane);
 
  private:
+  Status runLaneUntilDone(const Lane& lane);
   Status handle(pg::Connection& claims, const Lane& lane, pg::QueueItem item);
   // Records the end of `item` (a trial's record; the control's; the decision) and moves the
   // study on, in one transaction. False: the claim was lost meanwhile, nothing was recorded.
   Result<bool> complete(pg::StudyStore& store, const Study& study, const pg::QueueItem& item,
-                        TrialRecord* record, const Decision* decision, const std::string& state);
+                        TrialRecord* record, const Decision* decision, const std::string& state,
+                        const std::vector<ComparisonRecord>* comparisons = nullptr);
   Status advance(pg::StudyStore& store, const Study& study);
 
   const WorkerOptions& options_;
@@ -217,6 +244,7 @@ class Worker {
   fs::path root_;
   Log log_;
   std::mutex studiesMu_;
+  std::atomic<bool> halt_{false};  // a lane ended with an error: the others stop too
 };
 
 std::string laneName(const Lane& lane) {
@@ -227,16 +255,28 @@ std::string laneName(const Lane& lane) {
 // The store unreachable this many times in a row (a restart, a network partition, waited for
 // with a growing pause up to a minute: about ten minutes in all) ends the worker.
 constexpr int kStoreRetries = 12;
-// Steps that fail in this worker this many times in a row end it: a worker that cannot run
-// trials (a broken installation) must not use up every trial's attempts.
+// Steps of this many different items failing here in a row end the worker: one that cannot run
+// trials (a broken installation) must not use up every trial's attempts. (One item failing again
+// and again is that item's problem: its attempts run out.)
 constexpr int kStepFailures = 3;
 
 Status Worker::runLane(const Lane& lane) {
+  Status status = runLaneUntilDone(lane);
+  if (!status.isOk()) halt_.store(true);
+  return status;
+}
+
+Status Worker::runLaneUntilDone(const Lane& lane) {
   const std::string name = laneName(lane);
   std::optional<pg::Connection> claims;
-  int unreachable = 0, failedSteps = 0;
+  int unreachable = 0;
+  std::set<int64_t> failedItems;  // distinct items whose steps failed here in a row
+  // An item whose step failed because the store went away: given back without counting the
+  // attempt once the store is back (unless its lease ran out and another worker took it).
+  std::optional<pg::QueueItem> giveBack;
+  auto stopping = [&] { return stop_.load() || halt_.load(); };
   auto pause = [&](double seconds) {
-    for (double slept = 0; slept < seconds && !stop_.load(); slept += 0.1) {
+    for (double slept = 0; slept < seconds && !stopping(); slept += 0.1) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   };
@@ -256,7 +296,7 @@ Status Worker::runLane(const Lane& lane) {
     return Status::ok();
   };
   auto idleSince = Clock::now();
-  while (!stop_.load()) {
+  while (!stopping()) {
     if (!claims) {
       auto connected = pg::connectStore(options_.store);
       if (!connected.isOk()) {
@@ -264,6 +304,14 @@ Status Worker::runLane(const Lane& lane) {
         continue;
       }
       claims.emplace(std::move(connected).value());
+    }
+    if (giveBack) {
+      auto released = pg::releaseItem(*claims, *giveBack);
+      if (!released.isOk()) {
+        KILN_RETURN_IF_ERROR(storeFailed(released));
+        continue;
+      }
+      giveBack.reset();
     }
     auto item = pg::claimItem(*claims, target_, name, options_.leaseSeconds, options_.onlyStudy,
                               options_.backend);
@@ -275,20 +323,30 @@ Status Worker::runLane(const Lane& lane) {
     if (*item) {
       const pg::QueueItem claimed = **item;
       Status handled = handle(*claims, lane, claimed);
-      if (!handled.isOk()) {
-        // Not a finding about the route (the trial's process could not start, the store went
-        // away mid-step): the item goes back with its attempt counted, for any worker to try
-        // again until its attempts run out.
-        log_.line("{}: {}; the item goes back to the queue", name, handled.message());
-        if (!pg::requeueItem(*claims, claimed, handled.message()).isOk()) claims.reset();
-        if (++failedSteps >= kStepFailures) {
-          return handled.withContext(fmt::format(
-              "{}: {} steps in a row failed here; this worker stops", name, kStepFailures));
-        }
-      } else {
-        failedSteps = 0;
-      }
       idleSince = Clock::now();
+      if (handled.isOk()) {
+        failedItems.clear();
+        continue;
+      }
+      if (claims->broken() || !claims->exec("SELECT 1").isOk()) {
+        // The store went away during the step: not the item's fault nor this worker's.
+        log_.line("{}: {}; the store is unreachable, the item goes back once it is back", name,
+                  handled.message());
+        giveBack = claimed;
+        claims.reset();
+        continue;
+      }
+      // Not a finding about the route (the trial's process could not start, the study cannot
+      // load here): the item goes back with its attempt counted, for any worker to try again
+      // until its attempts run out.
+      log_.line("{}: {}; the item goes back to the queue", name, handled.message());
+      KILN_RETURN_IF_ERROR(pg::requeueItem(*claims, claimed, handled.message()));
+      failedItems.insert(claimed.id);
+      if (static_cast<int>(failedItems.size()) >= kStepFailures) {
+        return handled.withContext(
+            fmt::format("{}: steps of {} different items in a row failed here; this worker stops",
+                        name, kStepFailures));
+      }
       continue;
     }
     if (options_.exitWhenIdleSeconds >= 0) {
@@ -313,7 +371,7 @@ Status Worker::runLane(const Lane& lane) {
 Status Worker::handle(pg::Connection& claims, const Lane& lane, pg::QueueItem item) {
   KILN_ASSIGN_OR_RETURN(pg::StudyStore store, pg::StudyStore::open(options_.store, item.study));
   store.setWorker(item.worker);
-  Heartbeat heartbeat(options_, item, stop_);
+  Heartbeat heartbeat(options_, item, stop_, halt_);
   const std::string what =
       item.kind == "finalists"
           ? fmt::format("study {}: the finalist round", item.study)
@@ -324,29 +382,7 @@ Status Worker::handle(pg::Connection& claims, const Lane& lane, pg::QueueItem it
     log_.line("{}: attempt {} of {} (the last worker, {}, lost its lease)", what, item.attempts,
               item.maxAttempts, item.lastWorker.empty() ? "unknown" : item.lastWorker);
   }
-  std::optional<Study> loaded;
-  {
-    std::lock_guard lock(studiesMu_);  // one lane writes a study's files at a time
-    auto study = loadStudy(store, root_, lane);
-    if (!study.isOk()) {
-      // The study cannot run here (its data is unreadable): given back for another worker (by
-      // runLane); its attempts run out if no worker can.
-      return study.status().withContext(what + ": cannot load the study");
-    }
-    loaded.emplace(std::move(study).value());
-  }
-  Study& study = *loaded;
-  // The step was stopped before it ended: its lease was lost (another worker has the item now)
-  // or this worker is stopping (the item goes back without counting the attempt).
-  auto stoppedMidStep = [&]() -> Status {
-    if (heartbeat.lost.load()) {
-      log_.line("{}: lost the lease; another worker has it now", what);
-      return Status::ok();
-    }
-    log_.line("{}: stopped; given back to the queue", what);
-    return pg::releaseItem(claims, item);
-  };
-
+  KILN_ASSIGN_OR_RETURN(Study study, studyFromHeader(store));
   if (item.attempts > item.maxAttempts) {
     // Claimed this often, it ended every worker that ran it (or they were lost while it ran):
     // recorded as failing rather than retried forever.
@@ -377,6 +413,29 @@ Status Worker::handle(pg::Connection& claims, const Lane& lane, pg::QueueItem it
     return complete(store, study, item, &record, nullptr, "failed").status();
   }
 
+  {
+    // The study's files, once per study on this worker (one lane writes them at a time). A
+    // study that cannot load here is given back (by runLane) with its attempt counted.
+    std::lock_guard lock(studiesMu_);
+    Status loaded = Status::ok();
+    try {
+      loaded = loadStudyFiles(study, store, root_, lane);
+    } catch (const std::exception& e) {
+      loaded = invalidInput("{}: {}", store.where(), e.what());
+    }
+    if (!loaded.isOk()) return loaded.withContext(what + ": cannot load the study");
+  }
+  // The step was stopped before it ended: its lease was lost (another worker has the item now)
+  // or this worker is stopping (the item goes back without counting the attempt).
+  auto stoppedMidStep = [&]() -> Status {
+    if (heartbeat.lost.load()) {
+      log_.line("{}: lost the lease; another worker has it now", what);
+      return Status::ok();
+    }
+    log_.line("{}: stopped; given back to the queue", what);
+    return pg::releaseItem(claims, item);
+  };
+
   if (item.kind == "finalists") {
     KILN_RETURN_IF_ERROR(store.reloadHeader());
     KILN_ASSIGN_OR_RETURN(std::vector<TrialRecord> records, store.trials());
@@ -396,8 +455,10 @@ Status Worker::handle(pg::Connection& claims, const Lane& lane, pg::QueueItem it
       log_.line("{}: {}; queued again", what, conclusion.decision.reason);
       return pg::requeueItem(claims, item, conclusion.decision.reason);
     }
-    KILN_ASSIGN_OR_RETURN(bool recorded,
-                          complete(store, study, item, nullptr, &conclusion.decision, "done"));
+    KILN_ASSIGN_OR_RETURN(
+        bool recorded,
+        complete(store, study, item, nullptr, &conclusion.decision, "done",
+                 conclusion.measuredComparisons ? &conclusion.comparisons : nullptr));
     if (recorded) {
       log_.line("{}: decided: {} ({})", what,
                 conclusion.decision.winner ? displayRoute(*conclusion.decision.winner)
@@ -434,7 +495,8 @@ Status Worker::handle(pg::Connection& claims, const Lane& lane, pg::QueueItem it
 
 Result<bool> Worker::complete(pg::StudyStore& store, const Study& study, const pg::QueueItem& item,
                               TrialRecord* record, const Decision* decision,
-                              const std::string& state) {
+                              const std::string& state,
+                              const std::vector<ComparisonRecord>* comparisons) {
   pg::Connection& connection = store.connection();
   KILN_ASSIGN_OR_RETURN(pg::Transaction transaction, pg::Transaction::begin(connection));
   KILN_ASSIGN_OR_RETURN(bool mine, pg::lockForCompletion(connection, item));
@@ -447,6 +509,7 @@ Result<bool> Worker::complete(pg::StudyStore& store, const Study& study, const p
   } else if (item.kind == "control") {
     KILN_RETURN_IF_ERROR(store.setHeaderField("control", toJson(*record).dump()));
   } else {
+    if (comparisons) KILN_RETURN_IF_ERROR(store.setComparisons(*comparisons));
     KILN_RETURN_IF_ERROR(store.setHeaderField("decision", decisionJson(*decision).dump()));
     KILN_RETURN_IF_ERROR(store.setHeaderField("finished_at", isoNow()));
   }
