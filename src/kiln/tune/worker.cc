@@ -378,15 +378,27 @@ Status Worker::handle(pg::Connection& claims, const Lane& lane, pg::QueueItem it
           : fmt::format("study {}: {} {} (phase {})", item.study,
                         item.kind == "control" ? "control trial of" : "trial of",
                         displayRoute(item.route), item.phase);
+  const std::string last = item.lastWorker.empty() ? "unknown" : item.lastWorker;
   if (item.attempts > 1 && item.attempts <= item.maxAttempts) {
-    log_.line("{}: attempt {} of {} (the last worker, {}, lost its lease)", what, item.attempts,
-              item.maxAttempts, item.lastWorker.empty() ? "unknown" : item.lastWorker);
+    log_.line("{}: attempt {} of {} ({})", what, item.attempts, item.maxAttempts,
+              item.lastError.empty()
+                  ? fmt::format("the last worker, {}, lost its lease", last)
+                  : fmt::format("the last, on {}, failed: {}", last, item.lastError));
   }
-  KILN_ASSIGN_OR_RETURN(Study study, studyFromHeader(store));
+  Result<Study> header = studyFromHeader(store);
+  if (!header.isOk() && item.attempts > item.maxAttempts) {
+    // Nothing can be recorded for a study whose header is unreadable: the item ends as failed,
+    // so that no worker spins on it.
+    log_.line("{}: {}; the item is marked failed", what, header.status().message());
+    KILN_ASSIGN_OR_RETURN(pg::Transaction transaction, pg::Transaction::begin(store.connection()));
+    KILN_ASSIGN_OR_RETURN(bool mine, pg::lockForCompletion(store.connection(), item));
+    if (mine) KILN_RETURN_IF_ERROR(pg::finishItem(store.connection(), item, "failed"));
+    return transaction.commit();
+  }
+  KILN_ASSIGN_OR_RETURN(Study study, std::move(header));
   if (item.attempts > item.maxAttempts) {
     // Claimed this often, it ended every worker that ran it (or they were lost while it ran):
     // recorded as failing rather than retried forever.
-    const std::string last = item.lastWorker.empty() ? "unknown" : item.lastWorker;
     const std::string message =
         item.lastError.empty()
             ? fmt::format(
@@ -477,8 +489,8 @@ Status Worker::handle(pg::Connection& claims, const Lane& lane, pg::QueueItem it
   if (run.stopped) {
     return stoppedMidStep();
   }
-  // The engine stays only as long as a finalist round here could want it; every worker
-  // rebuilds the finalists' engines from their routes.
+  // No engine is kept: whichever worker runs the finalist round rebuilds the finalists' engines
+  // from their routes.
   if (!run.record.enginePath.empty()) fs::remove(run.record.enginePath, ignored);
   run.record.enginePath.clear();
   KILN_ASSIGN_OR_RETURN(bool recorded, complete(store, study, item, &run.record, nullptr, "done"));
