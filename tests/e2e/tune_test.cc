@@ -883,9 +883,9 @@ TEST_F(KilnTune, AWorkerWaitsForTheStoreToComeBack) {
       "tune {} --tune '-test.fault=[none|slow] -cpu.threads=1' {} --store '{}' --submit", sample(),
       kQuickTiming, server.uri()));
   ASSERT_EQ(submitted.exitCode, 0) << submitted.out << submitted.err;
-  const pid_t worker = start(
-      {"worker", "--store", server.uri(), "--exit-when-idle", "2", "--lease", "2", "--poll", "0.2"},
-      dir_ / "worker.txt");
+  const pid_t worker = start({"worker", "--store", server.uri(), "--exit-when-idle", "2", "--lease",
+                              "2", "--poll", "0.2", "--work-dir", (dir_ / "work").string()},
+                             dir_ / "worker.txt");
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (fileText(dir_ / "worker.txt").find("test.fault=slow (phase 1): starting") ==
              std::string::npos &&

@@ -218,4 +218,21 @@ TEST_F(PgStoreTest, TheFirstClaimBindsTheStudyToItsWorkersTarget) {
   EXPECT_EQ((*cuda)->target, "T2");
 }
 
+// Study numbers repeat between stores; the store's own id tells them apart (a worker serving two
+// stores keeps their study 1 in different folders).
+TEST_F(PgStoreTest, StoresHaveTheirOwnIds) {
+  pg::Connection connection = connect();
+  ASSERT_TRUE(connection.exec("CREATE DATABASE other").isOk());
+  const std::string otherUri = std::string(uri_).replace(uri_.find("/kiln?"), 6, "/other?");
+  pg::StudyStore here = study({""});
+  auto there = pg::StudyStore::create(otherUri, "cpu", {}, {}, {""}, 3);
+  ASSERT_TRUE(there.isOk()) << there.status().message();
+  EXPECT_EQ(here.id(), there->id());
+  EXPECT_EQ(here.storeId().size(), 16u);
+  EXPECT_NE(here.storeId(), there->storeId());
+  auto again = pg::StudyStore::open(uri_, here.id());
+  ASSERT_TRUE(again.isOk());
+  EXPECT_EQ(again->storeId(), here.storeId());
+}
+
 }  // namespace

@@ -98,6 +98,15 @@ Result<std::map<std::string, std::string>> readHeader(Connection& connection, in
   return header;
 }
 
+Result<std::string> readStoreId(Connection& connection) {
+  KILN_ASSIGN_OR_RETURN(Rows rows,
+                        connection.exec("SELECT value FROM kiln_meta WHERE key = 'store_id'"));
+  if (rows.rows.empty() || !rows.rows[0][0] || rows.rows[0][0]->empty()) {
+    return invalidInput("the PostgreSQL store {} has no store_id in kiln_meta", connection.where());
+  }
+  return *rows.rows[0][0];
+}
+
 QueueItem itemFromRow(const Rows& rows, size_t r) {
   auto cell = [&](std::string_view name) -> const Value& {
     for (size_t c = 0; c < rows.columns.size(); ++c) {
@@ -194,6 +203,11 @@ Result<Connection> connectStore(const std::string& uri) {
                                    "tuning store'), ('schema_version', $1)",
                                    {std::to_string(kSchemaVersion)})
                              .status());
+    // Names this store among others (workers keep each store's studies in their own folders).
+    KILN_RETURN_IF_ERROR(connection
+                             .exec("INSERT INTO kiln_meta(key, value) SELECT 'store_id', "
+                                   "substr(md5(random()::text || clock_timestamp()::text), 1, 16)")
+                             .status());
   } else {
     KILN_ASSIGN_OR_RETURN(Rows rows, connection.exec("SELECT key, value FROM kiln_meta"));
     std::map<std::string, std::string> values;
@@ -241,8 +255,10 @@ Result<StudyStore> StudyStore::create(const std::string& uri, const std::string&
   }
   KILN_RETURN_IF_ERROR(enqueue(*connection, id, "trial", 1, phaseOne));
   KILN_RETURN_IF_ERROR(transaction.commit());
+  KILN_ASSIGN_OR_RETURN(std::string storeId, readStoreId(*connection));
   StudyStore store(std::move(connection), id);
   store.header_ = header;
+  store.storeId_ = std::move(storeId);
   return store;
 }
 
@@ -264,7 +280,9 @@ Result<StudyStore> StudyStore::open(const std::string& uri, int64_t study) {
   if (found.rows.empty()) {
     return invalidInput("the PostgreSQL store {} has no study {}", connection->where(), study);
   }
+  KILN_ASSIGN_OR_RETURN(std::string storeId, readStoreId(*connection));
   StudyStore store(std::move(connection), study);
+  store.storeId_ = std::move(storeId);
   KILN_RETURN_IF_ERROR(store.reloadHeader());
   return store;
 }

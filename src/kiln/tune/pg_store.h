@@ -71,6 +71,9 @@ class StudyStore final : public ResultStore {
   StudyStore& operator=(StudyStore&&) noexcept = default;
 
   int64_t id() const { return id_; }
+  // The store's own name among stores (kiln_meta's store_id, random when it was created): study
+  // numbers repeat between stores, so a worker's folder for a study carries both.
+  const std::string& storeId() const { return storeId_; }
   std::string where() const override;
   const std::map<std::string, std::string>& header() const override { return header_; }
   Status setHeaderField(const std::string& key, const std::string& value) override;
@@ -98,6 +101,7 @@ class StudyStore final : public ResultStore {
   int64_t id_ = 0;
   std::map<std::string, std::string> header_;
   std::string worker_;
+  std::string storeId_;
 };
 
 // Every study in the database: [{id, created_at, model_path, search, backend, finished_at,

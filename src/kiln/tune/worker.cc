@@ -110,7 +110,7 @@ Status loadStudyFiles(Study& study, pg::StudyStore& store, const fs::path& root,
     return it->second;
   };
   TuneOptions& options = study.options;
-  study.workDir = root / fmt::format("study-{}", store.id());
+  study.workDir = root / fmt::format("{}-study-{}", store.storeId(), store.id());
   std::error_code error;
   fs::create_directories(study.workDir / "data", error);
   if (error) {
