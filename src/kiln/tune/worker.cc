@@ -244,7 +244,8 @@ class Worker {
   fs::path root_;
   Log log_;
   std::mutex studiesMu_;
-  std::atomic<bool> halt_{false};  // a lane ended with an error: the others stop too
+  std::map<std::string, Study> loaded_;  // by "<store id>-<study>", under studiesMu_
+  std::atomic<bool> halt_{false};        // a lane ended with an error: the others stop too
 };
 
 std::string laneName(const Lane& lane) {
@@ -426,16 +427,25 @@ Status Worker::handle(pg::Connection& claims, const Lane& lane, pg::QueueItem it
   }
 
   {
-    // The study's files, once per study on this worker (one lane writes them at a time). A
-    // study that cannot load here is given back (by runLane) with its attempt counted.
+    // The study's files and references, loaded once per study by this worker (its model read,
+    // hashed and imported once, not per trial) and kept for its next items; one lane loads at a
+    // time. A study that cannot load here is given back (by runLane) with its attempt counted.
     std::lock_guard lock(studiesMu_);
-    Status loaded = Status::ok();
-    try {
-      loaded = loadStudyFiles(study, store, root_, lane);
-    } catch (const std::exception& e) {
-      loaded = invalidInput("{}: {}", store.where(), e.what());
+    const std::string key = fmt::format("{}-{}", store.storeId(), store.id());
+    auto cached = loaded_.find(key);
+    if (cached == loaded_.end()) {
+      Study files = study;
+      Status loaded = Status::ok();
+      try {
+        loaded = loadStudyFiles(files, store, root_, lane);
+      } catch (const std::exception& e) {
+        loaded = invalidInput("{}: {}", store.where(), e.what());
+      }
+      if (!loaded.isOk()) return loaded.withContext(what + ": cannot load the study");
+      cached = loaded_.emplace(key, std::move(files)).first;
     }
-    if (!loaded.isOk()) return loaded.withContext(what + ": cannot load the study");
+    study = cached->second;
+    study.lanes = {lane};
   }
   // The step was stopped before it ended: its lease was lost (another worker has the item now)
   // or this worker is stopping (the item goes back without counting the attempt).
