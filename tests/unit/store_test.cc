@@ -630,5 +630,54 @@ TEST_F(TuneStoreTest, TimingsReadBackDecideSignificanceAsBefore) {
   EXPECT_FALSE(significantlyFaster(*(*read)[0].timing, *(*read)[1].timing));
 }
 
+// A microsecond-scale model timed for a second gives a million samples: the store keeps every
+// k-th (at most kStoredSamples), while the summary and the intervals, computed from all of them,
+// read back unchanged. Before, each such trial stored 11 MB of JSON.
+TEST_F(TuneStoreTest, ManySamplesAreThinnedAndTheStatisticsKept) {
+  std::vector<double> samples, baseline;
+  const size_t count = 10 * kStoredSamples + 3;
+  for (size_t i = 0; i < count; ++i) {
+    samples.push_back(0.001 + 1e-6 * static_cast<double>(i % 97));
+    baseline.push_back(0.002 + 1e-6 * static_cast<double>(i % 89));
+  }
+  TrialRecord trial;
+  trial.iteration = 0;
+  trial.timing = analyzeTimings(samples);
+  ComparisonRecord comparison;
+  comparison.route = "-graph.layout=nhwc";
+  comparison.candidateSamples = samples;
+  comparison.baselineSamples = baseline;
+  comparison.comparison = comparePaired(samples, baseline);
+  const fs::path path = dir_ / "tune.db";
+  {
+    auto store = TuneStore::create(path, kHeader);
+    ASSERT_TRUE(store.isOk()) << store.status().toString();
+    ASSERT_TRUE(store->addTrial(trial).isOk());
+    ASSERT_TRUE(store->setComparisons({comparison}).isOk());
+  }
+  EXPECT_LT(fs::file_size(path), 1u << 20);
+  auto store = TuneStore::open(path);
+  ASSERT_TRUE(store.isOk()) << store.status().toString();
+  auto trials = store->trials();
+  ASSERT_TRUE(trials.isOk());
+  const TrialTiming& read = *(*trials)[0].timing;
+  // Every 11th sample (the smallest stride that keeps at most kStoredSamples), from the first.
+  ASSERT_EQ(read.samples.size(), (count + 10) / 11);
+  EXPECT_LE(read.samples.size(), kStoredSamples);
+  for (size_t i = 0; i < read.samples.size(); ++i) ASSERT_EQ(read.samples[i], samples[11 * i]);
+  EXPECT_EQ(read.summary.count, static_cast<int>(count));
+  EXPECT_EQ(read.summary.median, trial.timing->summary.median);
+  EXPECT_EQ(read.ciLow, trial.timing->ciLow);
+  EXPECT_EQ(read.ciHigh, trial.timing->ciHigh);
+  auto comparisons = store->comparisons();
+  ASSERT_TRUE(comparisons.isOk());
+  const ComparisonRecord& pair = (*comparisons)[0];
+  ASSERT_EQ(pair.candidateSamples.size(), pair.baselineSamples.size());
+  EXPECT_LE(pair.candidateSamples.size(), kStoredSamples);
+  EXPECT_EQ(pair.baselineSamples[1], baseline[11]);
+  EXPECT_EQ(pair.comparison.pairs, static_cast<int>(count));
+  EXPECT_EQ(pair.comparison.ratioHigh, comparison.comparison.ratioHigh);
+}
+
 }  // namespace
 }  // namespace kiln::tune

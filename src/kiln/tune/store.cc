@@ -40,6 +40,18 @@ json encodeDoubles(const std::vector<double>& values) {
   return array;
 }
 
+// Samples as the store keeps them: all of them up to kStoredSamples, else every k-th (in the
+// order measured, starting with the first) for the smallest k that keeps at most kStoredSamples.
+// A model of a microsecond timed for a second yields a million samples, 11 MB of JSON a trial;
+// the summary, interval and paired ratio are computed from every sample before they are stored.
+json encodeSamples(const std::vector<double>& values) {
+  const size_t stride = (values.size() + kStoredSamples - 1) / kStoredSamples;
+  if (stride <= 1) return encodeDoubles(values);
+  json array = json::array();
+  for (size_t i = 0; i < values.size(); i += stride) array.push_back(encodeDouble(values[i]));
+  return array;
+}
+
 // Invalid UTF-8 (a crash message, an output name) is replaced rather than thrown about.
 std::string dumpJson(const json& value) {
   return value.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -170,7 +182,7 @@ json timingToJson(const std::optional<TrialTiming>& timing) {
           {"ci_low", encodeDouble(timing->ciLow)},
           {"ci_high", encodeDouble(timing->ciHigh)},
           {"confidence", encodeDouble(timing->confidence)},
-          {"samples", encodeDoubles(timing->samples)}};
+          {"samples", encodeSamples(timing->samples)}};
 }
 
 Result<std::optional<TrialTiming>> timingFromJson(const json& object) {
@@ -505,8 +517,8 @@ json toJson(const ComparisonRecord& record) {
           {"ratio_low", encodeDouble(c.ratioLow)},
           {"ratio_high", encodeDouble(c.ratioHigh)},
           {"confidence", encodeDouble(c.confidence)},
-          {"candidate_samples", encodeDoubles(record.candidateSamples)},
-          {"baseline_samples", encodeDoubles(record.baselineSamples)}};
+          {"candidate_samples", encodeSamples(record.candidateSamples)},
+          {"baseline_samples", encodeSamples(record.baselineSamples)}};
 }
 
 Result<ComparisonRecord> comparisonFromJson(const json& object) {

@@ -29,6 +29,10 @@ inline constexpr int kStoreSchemaVersion = 1;
 
 enum class TrialStatus { kOk, kCrash, kTimeout, kOom, kBuildError, kAccuracyFail };
 // "ok", "crash", "timeout", "oom", "build-error", "accuracy-fail".
+// At most this many samples of a timing (and pairs of a comparison) are stored; more are thinned
+// to every k-th. Statistics are computed from all of them first.
+inline constexpr size_t kStoredSamples = 4096;
+
 const char* trialStatusName(TrialStatus status);
 Result<TrialStatus> parseTrialStatus(const std::string& text);
 
