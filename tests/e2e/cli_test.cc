@@ -302,6 +302,18 @@ TEST_F(KilnCli, RefusesInitializerWhoseDataDisagreesWithItsShape) {
                   "tensor 'w': declared shape [4] of float32 needs 16 bytes, but raw_data holds 4");
 }
 
+// A model of a hundred bytes that declares a terabyte: the sizes are checked against the data
+// present before anything is allocated (it used to allocate first and abort on bad_alloc).
+TEST_F(KilnCli, RefusesTensorsThatDeclareMoreThanTheirData) {
+  expectUserError(
+      kiln(fmt::format("inspect '{}'", model("huge_declared_initializer").string())),
+      "tensor 'w': declared shape [1099511627776] of float32 needs 4398046511104 bytes, but "
+      "raw_data holds 0");
+  expectUserError(kiln(fmt::format("inspect '{}'", model("huge_typed_constant").string())),
+                  "tensor 't': float_data has 1 elements, but the shape [1048576,1048576] needs "
+                  "1099511627776");
+}
+
 TEST_F(KilnCli, RefusesInputFilesThatDoNotFit) {
   kiln::ir::Tensor ints(kiln::ir::DType::kInt32, kiln::ir::Shape{1, 3, 32, 32});
   ASSERT_TRUE(kiln::ir::writeNpy(dir_ / "ints.npy", ints).isOk());

@@ -127,6 +127,53 @@ TEST(Npy, RejectsTruncatedData) {
             "cut.npy: .npy data holds 20 bytes, but shape [2,3] of float32 needs 24");
 }
 
+// A version-1 .npy file with this header text (padded as numpy pads it) and these data bytes.
+std::string npyWith(const std::string& header, const std::string& data) {
+  std::string text = header;
+  while ((10 + text.size() + 1) % 64 != 0) text.push_back(' ');
+  text.push_back('\n');
+  std::string bytes = "\x93NUMPY\x01";
+  bytes.push_back('\0');
+  bytes.push_back(static_cast<char>(text.size() & 0xff));
+  bytes.push_back(static_cast<char>(text.size() >> 8));
+  return bytes + text + data;
+}
+
+// The shape is checked against the bytes present before the tensor is allocated: a file of a
+// hundred bytes declaring a terabyte is refused, not allocated (it used to throw bad_alloc).
+TEST(Npy, RefusesAShapeLargerThanItsDataBeforeAllocating) {
+  auto t = parseNpy(npyWith("{'descr': '<f4', 'fortran_order': False, 'shape': (1048576, "
+                            "1048576), }",
+                            "abcd"),
+                    "huge.npy");
+  ASSERT_FALSE(t.isOk());
+  EXPECT_EQ(t.status().message(),
+            "huge.npy: .npy data holds 4 bytes, but shape [1048576,1048576] of float32 needs "
+            "4398046511104");
+}
+
+// The header's fields are found by a scan: in any order, with either quotes and spacing, and a
+// long header is refused (std::regex, used before, recursed once per character).
+TEST(Npy, ReadsHeaderFieldsInAnyOrderAndRefusesAnOverlongHeader) {
+  auto t = parseNpy(npyWith("{ \"shape\" :(2,),\"fortran_order\":False , 'descr':'<f4'}",
+                            std::string("\0\0\x80\x3f\0\0\0\x40", 8)),
+                    "order.npy");
+  ASSERT_TRUE(t.isOk()) << t.status().toString();
+  expectFloats(*t, {1.0f, 2.0f});
+  auto missing = parseNpy(npyWith("{'descr': '<f4', 'shape': (2,), }", ""), "missing.npy");
+  ASSERT_FALSE(missing.isOk());
+  EXPECT_EQ(missing.status().message(), "missing.npy: .npy header has no 'fortran_order' field");
+  std::string longHeader = "\x93NUMPY\x02";
+  longHeader.push_back('\0');
+  const uint32_t length = 1u << 20;
+  for (int i = 0; i < 4; ++i) longHeader.push_back(static_cast<char>((length >> (8 * i)) & 0xff));
+  longHeader += std::string(length, ' ');
+  auto overlong = parseNpy(longHeader, "long.npy");
+  ASSERT_FALSE(overlong.isOk());
+  EXPECT_EQ(overlong.status().message(),
+            "long.npy: .npy header of 1048576 bytes is longer than kiln reads (65536)");
+}
+
 TEST(Npy, RejectsNonNpy) {
   auto t = parseNpy("hello, this is not numpy", "x.npy");
   ASSERT_FALSE(t.isOk());

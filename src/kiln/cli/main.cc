@@ -1,5 +1,7 @@
 // The kiln command: one subcommand per file in src/kiln/cli/.
 #include <CLI/CLI.hpp>
+#include <cstdio>
+#include <new>
 
 #include "kiln/cli/commands.h"
 
@@ -22,8 +24,18 @@ int main(int argc, char** argv) {
   commands.push_back(kiln::cli::addWorkerCommand(app));
   kiln::cli::setCommandLine(argc, argv);
   CLI11_PARSE(app, argc, argv);
-  for (const auto& command : commands) {
-    if (command.subcommand->parsed()) return command.run();
+  // Errors are Status values; what still throws is a failure to allocate (a model or input
+  // larger than memory) or a bug. Either is reported as an error, not an abort with a core dump.
+  try {
+    for (const auto& command : commands) {
+      if (command.subcommand->parsed()) return command.run();
+    }
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: out of memory\n");
+    return 1;
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "error: internal error: %s\n", error.what());
+    return 1;
   }
   return 2;
 }

@@ -5,9 +5,9 @@
 
 #include <algorithm>
 #include <bit>
+#include <cctype>
 #include <cstring>
 #include <memory>
-#include <regex>
 
 #include "kiln/base/file.h"
 
@@ -18,6 +18,8 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr std::string_view kMagic = "\x93NUMPY";
+// numpy writes a few hundred bytes of header for the dtypes kiln reads; a longer one is hostile.
+constexpr size_t kMaxNpyHeaderBytes = 1 << 16;
 
 struct NpyDescr {
   DType dtype;
@@ -101,17 +103,41 @@ Tensor reverseAxes(const Tensor& input) {
   return out;
 }
 
+// The value of `key` in the header's Python dict literal: a quoted string (quotes removed), True,
+// False, or a parenthesised tuple. A plain scan, not std::regex, whose backtracking recurses once
+// per character and overflows the stack on a long header.
 Result<std::string> headerField(const std::string& header, const std::string& key,
                                 const std::string& what) {
-  const std::regex pattern("['\"]" + key +
-                           "['\"]\\s*:\\s*('[^']*'|\"[^\"]*\"|True|False|\\([^)]*\\))");
-  std::smatch match;
-  if (!std::regex_search(header, match, pattern)) {
-    return invalidInput("{}: .npy header has no '{}' field", what, key);
+  for (size_t at = 0; at < header.size(); ++at) {
+    const char quote = header[at];
+    if (quote != '\'' && quote != '"') continue;
+    if (header.compare(at + 1, key.size(), key) != 0 || at + 1 + key.size() >= header.size() ||
+        header[at + 1 + key.size()] != quote) {
+      continue;
+    }
+    size_t pos = at + key.size() + 2;
+    while (pos < header.size() && std::isspace(static_cast<unsigned char>(header[pos]))) ++pos;
+    if (pos >= header.size() || header[pos] != ':') continue;
+    ++pos;
+    while (pos < header.size() && std::isspace(static_cast<unsigned char>(header[pos]))) ++pos;
+    if (pos >= header.size()) break;
+    const char first = header[pos];
+    if (first == '\'' || first == '"') {
+      const size_t end = header.find(first, pos + 1);
+      if (end == std::string::npos) break;
+      return header.substr(pos + 1, end - pos - 1);
+    }
+    if (first == '(') {
+      const size_t end = header.find(')', pos);
+      if (end == std::string::npos) break;
+      return header.substr(pos, end - pos + 1);
+    }
+    for (const char* word : {"True", "False"}) {
+      if (header.compare(pos, std::strlen(word), word) == 0) return std::string(word);
+    }
+    break;
   }
-  std::string value = match[1].str();
-  if (value.front() == '\'' || value.front() == '"') value = value.substr(1, value.size() - 2);
-  return value;
+  return invalidInput("{}: .npy header has no '{}' field", what, key);
 }
 
 Result<std::vector<int64_t>> parseShapeTuple(const std::string& tuple, const std::string& what) {
@@ -155,6 +181,10 @@ Result<Tensor> parseNpy(std::string_view bytes, const std::string& what) {
   } else {
     return unsupported("{}: .npy format version {} is not supported", what, major);
   }
+  if (headerLength > kMaxNpyHeaderBytes) {
+    return invalidInput("{}: .npy header of {} bytes is longer than kiln reads ({})", what,
+                        headerLength, kMaxNpyHeaderBytes);
+  }
   if (bytes.size() < headerStart + headerLength) {
     return invalidInput("{}: truncated .npy header", what);
   }
@@ -166,15 +196,18 @@ Result<Tensor> parseNpy(std::string_view bytes, const std::string& what) {
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> dims, parseShapeTuple(shapeText, what));
   const bool fortranOrder = fortran == "True";
   Shape storedShape(fortranOrder ? std::vector<int64_t>(dims.rbegin(), dims.rend()) : dims);
+  // The data present is checked against the shape before anything is allocated.
+  auto counted = storedShape.checkedElementCount();
+  if (!counted.isOk()) return counted.status().withContext(what);
+  const size_t needed = static_cast<size_t>(*counted) * dtypeSize(descr.dtype);
+  const std::string_view data = bytes.substr(headerStart + headerLength);
+  if (data.size() != needed) {
+    return invalidInput("{}: .npy data holds {} bytes, but shape {} of {} needs {}", what,
+                        data.size(), Shape(dims).toString(), dtypeName(descr.dtype), needed);
+  }
   auto allocated = Tensor::allocate(descr.dtype, storedShape);
   if (!allocated.isOk()) return allocated.status().withContext(what);
   Tensor tensor = std::move(allocated).value();
-  const std::string_view data = bytes.substr(headerStart + headerLength);
-  if (data.size() != tensor.byteSize()) {
-    return invalidInput("{}: .npy data holds {} bytes, but shape {} of {} needs {}", what,
-                        data.size(), Shape(dims).toString(), dtypeName(descr.dtype),
-                        tensor.byteSize());
-  }
   std::memcpy(tensor.mutableRawData(), data.data(), data.size());
   const size_t size = dtypeSize(descr.dtype);
   if (descr.bigEndian && size > 1) {
@@ -265,10 +298,17 @@ Result<NamedTensors> readNpz(const fs::path& path) {
     }
     zip_file_t* file = zip_fopen_index(archive.get(), i, 0);
     if (!file) return invalidInput("{}: {}", what, zip_strerror(archive.get()));
-    std::string bytes(stat.size, '\0');
-    const zip_int64_t read = zip_fread(file, bytes.data(), stat.size);
+    // Read as the bytes come, never trusting the size the archive declares for an allocation:
+    // memory follows what the entry really holds.
+    std::string bytes;
+    char chunk[1 << 16];
+    zip_int64_t read = 0;
+    while ((read = zip_fread(file, chunk, sizeof chunk)) > 0) {
+      bytes.append(chunk, static_cast<size_t>(read));
+      if (bytes.size() > stat.size) break;
+    }
     zip_fclose(file);
-    if (read != static_cast<zip_int64_t>(stat.size)) {
+    if (read < 0 || bytes.size() != stat.size) {
       return invalidInput("{}: entry is truncated or corrupt", what);
     }
     KILN_ASSIGN_OR_RETURN(Tensor tensor, parseNpy(bytes, what));

@@ -34,6 +34,16 @@ bool parseProto(const std::string& bytes, google::protobuf::MessageLite& message
   return message.ParseFromCodedStream(&coded) && coded.ConsumedEntireMessage();
 }
 
+// Protobuf reads one message of at most 2 GiB; larger models keep their weights in external data.
+constexpr uintmax_t kMaxModelBytes = INT_MAX;
+
+Status modelTooLarge(uintmax_t bytes) {
+  return invalidInput(
+      "the model file is {} bytes, over protobuf's limit of {} bytes for one ONNX message; save "
+      "its weights as external data (onnx.save_model(..., save_as_external_data=True))",
+      bytes, kMaxModelBytes);
+}
+
 // Resolves an external-data location, refusing anything that leaves the model's folder.
 Result<fs::path> resolveExternalPath(const std::string& location, const fs::path& baseDir) {
   const fs::path relative(location);
@@ -104,14 +114,43 @@ Result<std::string> readExternalData(const ::onnx::TensorProto& proto, const fs:
   return bytes;
 }
 
-// Copies typed-field data (float_data, int32_data, ...) into the tensor.
-template <typename Field>
-Status copyTypedField(const Field& field, Tensor& tensor, const char* fieldName) {
-  if (static_cast<int64_t>(field.size()) != tensor.elementCount()) {
-    return invalidInput("{} has {} elements, but the shape {} needs {}", fieldName, field.size(),
-                        tensor.shape().toString(), tensor.elementCount());
+// The number of values a typed field (float_data, int32_data, ...) holds for this data type.
+int64_t typedFieldSize(const ::onnx::TensorProto& proto) {
+  switch (proto.data_type()) {
+    case ::onnx::TensorProto::FLOAT:
+      return proto.float_data_size();
+    case ::onnx::TensorProto::DOUBLE:
+      return proto.double_data_size();
+    case ::onnx::TensorProto::INT64:
+      return proto.int64_data_size();
+    case ::onnx::TensorProto::UINT64:
+    case ::onnx::TensorProto::UINT32:
+      return proto.uint64_data_size();
+    default:  // int32, int16, int8, uint16, uint8, bool, float16, bfloat16 live in int32_data
+      return proto.int32_data_size();
   }
-  return ir::visitDType(tensor.dtype(), [&](auto tag) -> Status {
+}
+
+const char* typedFieldName(const ::onnx::TensorProto& proto) {
+  switch (proto.data_type()) {
+    case ::onnx::TensorProto::FLOAT:
+      return "float_data";
+    case ::onnx::TensorProto::DOUBLE:
+      return "double_data";
+    case ::onnx::TensorProto::INT64:
+      return "int64_data";
+    case ::onnx::TensorProto::UINT64:
+    case ::onnx::TensorProto::UINT32:
+      return "uint64_data";
+    default:
+      return "int32_data";
+  }
+}
+
+// Copies typed-field data into the tensor, whose element count the caller checked against it.
+template <typename Field>
+void copyTypedField(const Field& field, Tensor& tensor) {
+  ir::visitDType(tensor.dtype(), [&](auto tag) {
     using T = decltype(tag);
     auto out = tensor.mutableData<T>();
     for (int i = 0; i < field.size(); ++i) {
@@ -121,60 +160,66 @@ Status copyTypedField(const Field& field, Tensor& tensor, const char* fieldName)
         out[i] = static_cast<T>(field.Get(i));
       }
     }
-    return Status::ok();
   });
 }
 
 }  // namespace
 
+// Every size is checked against the data actually present (raw_data, the typed field, the
+// external file's bytes) before the tensor is allocated: a 60-byte model that declares a
+// terabyte of zeros is refused, not allocated.
 Result<Tensor> tensorFromProto(const ::onnx::TensorProto& proto, const fs::path& baseDir) {
   const std::string what = proto.name().empty() ? "tensor" : "tensor '" + proto.name() + "'";
   auto dtype = ir::dtypeFromOnnxType(proto.data_type());
   if (!dtype.isOk()) return dtype.status().withContext(what);
   if (proto.has_segment()) return unsupported("{}: segmented tensors are not supported", what);
-  std::vector<int64_t> dims(proto.dims().begin(), proto.dims().end());
-  auto allocated = Tensor::allocate(*dtype, Shape(dims));
-  if (!allocated.isOk()) return allocated.status().withContext(what);
-  Tensor tensor = std::move(allocated).value();
+  Shape shape(std::vector<int64_t>(proto.dims().begin(), proto.dims().end()));
+  auto counted = shape.checkedElementCount();
+  if (!counted.isOk()) return counted.status().withContext(what);
+  const int64_t count = *counted;
+  const size_t byteSize = static_cast<size_t>(count) * ir::dtypeSize(*dtype);
 
   const bool external = proto.data_location() == ::onnx::TensorProto::EXTERNAL;
   if (external || proto.has_raw_data()) {
     std::string externalBytes;
     if (external) {
-      auto bytes = readExternalData(proto, baseDir, tensor.byteSize());
+      auto bytes = readExternalData(proto, baseDir, byteSize);
       if (!bytes.isOk()) return bytes.status().withContext(what);
       externalBytes = std::move(bytes).value();
     }
     const std::string& raw = external ? externalBytes : proto.raw_data();
-    if (raw.size() != tensor.byteSize()) {
+    if (raw.size() != byteSize) {
       return invalidInput("{}: declared shape {} of {} needs {} bytes, but raw_data holds {}", what,
-                          tensor.shape().toString(), ir::dtypeName(*dtype), tensor.byteSize(),
-                          raw.size());
+                          shape.toString(), ir::dtypeName(*dtype), byteSize, raw.size());
     }
+    KILN_ASSIGN_OR_RETURN(Tensor tensor, Tensor::allocate(*dtype, std::move(shape)));
     if (!raw.empty()) std::memcpy(tensor.mutableRawData(), raw.data(), raw.size());
     return tensor;
   }
 
-  Status status;
+  if (typedFieldSize(proto) != count) {
+    return invalidInput("{}: {} has {} elements, but the shape {} needs {}", what,
+                        typedFieldName(proto), typedFieldSize(proto), shape.toString(), count);
+  }
+  KILN_ASSIGN_OR_RETURN(Tensor tensor, Tensor::allocate(*dtype, std::move(shape)));
   switch (proto.data_type()) {
     case ::onnx::TensorProto::FLOAT:
-      status = copyTypedField(proto.float_data(), tensor, "float_data");
+      copyTypedField(proto.float_data(), tensor);
       break;
     case ::onnx::TensorProto::DOUBLE:
-      status = copyTypedField(proto.double_data(), tensor, "double_data");
+      copyTypedField(proto.double_data(), tensor);
       break;
     case ::onnx::TensorProto::INT64:
-      status = copyTypedField(proto.int64_data(), tensor, "int64_data");
+      copyTypedField(proto.int64_data(), tensor);
       break;
     case ::onnx::TensorProto::UINT64:
     case ::onnx::TensorProto::UINT32:
-      status = copyTypedField(proto.uint64_data(), tensor, "uint64_data");
+      copyTypedField(proto.uint64_data(), tensor);
       break;
-    default:  // int32, int16, int8, uint16, uint8, bool, float16, bfloat16 live in int32_data
-      status = copyTypedField(proto.int32_data(), tensor, "int32_data");
+    default:
+      copyTypedField(proto.int32_data(), tensor);
       break;
   }
-  if (!status.isOk()) return status.withContext(what);
   return tensor;
 }
 
@@ -545,10 +590,11 @@ Result<Model> importModelFromBytes(const std::string& bytes, const fs::path& bas
                                    const ImportOptions& options) {
   ::onnx::ModelProto model;
   if (bytes.empty()) return invalidInput("the file is empty, not an ONNX model");
+  if (bytes.size() > kMaxModelBytes) return modelTooLarge(bytes.size());
   if (!parseProto(bytes, model)) {
     return invalidInput(
         "not a valid ONNX model: the protobuf could not be parsed (the file is "
-        "truncated, corrupt, or not ONNX)");
+        "truncated, corrupt, nested more than 100 messages deep, or not ONNX)");
   }
   if (!model.has_graph() && model.opset_import_size() == 0) {
     return invalidInput("not an ONNX model: it has neither a graph nor an opset import");
@@ -565,6 +611,9 @@ Result<Model> importModelFromText(const std::string& text, const ImportOptions& 
 }
 
 Result<Model> importModel(const fs::path& path, const ImportOptions& options) {
+  std::error_code ec;
+  const uintmax_t size = fs::file_size(path, ec);
+  if (!ec && size > kMaxModelBytes) return modelTooLarge(size).withContext(path.string());
   KILN_ASSIGN_OR_RETURN(std::string bytes, readFileBytes(path));
   auto model = importModelFromBytes(bytes, path.parent_path(), options);
   if (!model.isOk()) return model.status().withContext(path.string());
