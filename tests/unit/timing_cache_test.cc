@@ -106,6 +106,10 @@ TEST_F(TimingCacheFile, FilesThatAreNotTimingCachesAreErrorsAndStayAsTheyWere) {
       {"nodevices", R"({"format": "kiln timing cache", "version": 1})", "no \"devices\" object"},
       {"section", R"({"format": "kiln timing cache", "version": 1, "devices": {"gpu": 3}})",
        "the section of device 'gpu' is not an object"},
+      {"entry", R"({"format": "kiln timing cache", "version": 1, "devices": {"gpu": {"k": [1]}}})",
+       "entry 'k' of device 'gpu' is not an object"},
+      {"truncated", R"({"format": "kiln timing cache", "version": 1, "devices": {"gpu": {"k": )",
+       "is not JSON"},
   };
   for (const Case& c : cases) {
     const fs::path path = dir_ / (c.name + ".cache");
@@ -118,6 +122,20 @@ TEST_F(TimingCacheFile, FilesThatAreNotTimingCachesAreErrorsAndStayAsTheyWere) {
         << c.name << ": " << cache.status().message();
     EXPECT_EQ(kiln::readFileBytes(path).value(), c.text) << c.name;
   }
+}
+
+// An entry's fields are read by type: a hand-edited field of another type reads as missing (the
+// choice is stale and the layer is timed again) instead of throwing a JSON type error.
+TEST(TimingCacheEntry, FieldsOfAnotherTypeReadAsMissing) {
+  const nlohmann::json entry = {{"index", 3}, {"algo", "0a1b"}, {"config", "7"}, {"engine", 2.5}};
+  EXPECT_EQ(kiln::entryInt(entry, "index", -1), 3);
+  EXPECT_EQ(kiln::entryString(entry, "algo"), "0a1b");
+  EXPECT_EQ(kiln::entryInt(entry, "config", -1), -1);
+  EXPECT_EQ(kiln::entryInt(entry, "engine", -2), -2);
+  EXPECT_EQ(kiln::entryInt(entry, "missing", -1), -1);
+  EXPECT_EQ(kiln::entryString(entry, "index"), "");
+  EXPECT_EQ(kiln::entryInt(nlohmann::json::array({1}), "index", -1), -1);
+  EXPECT_EQ(kiln::entryString(nlohmann::json(5), "algo"), "");
 }
 
 TEST_F(TimingCacheFile, TheInMemoryCacheWritesNothingAndAnUnwritablePathIsAnError) {

@@ -61,6 +61,18 @@ Result<Sections> readFile(const std::filesystem::path& path) {
 
 }  // namespace
 
+int64_t entryInt(const json& entry, const char* key, int64_t fallback) {
+  if (!entry.is_object()) return fallback;
+  auto it = entry.find(key);
+  return it != entry.end() && it->is_number_integer() ? it->get<int64_t>() : fallback;
+}
+
+std::string entryString(const json& entry, const char* key) {
+  if (!entry.is_object()) return {};
+  auto it = entry.find(key);
+  return it != entry.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
 Result<Sections> TimingCache::parse(const std::string& text, const std::string& what) {
   json document;
   try {
@@ -87,7 +99,13 @@ Result<Sections> TimingCache::parse(const std::string& text, const std::string& 
       return invalidInput("the timing cache {}: the section of device '{}' is not an object", what,
                           device);
     }
-    for (const auto& [key, value] : entries.items()) sections[device][key] = value;
+    for (const auto& [key, value] : entries.items()) {
+      if (!value.is_object()) {
+        return invalidInput("the timing cache {}: entry '{}' of device '{}' is not an object", what,
+                            key, device);
+      }
+      sections[device][key] = value;
+    }
   }
   return sections;
 }

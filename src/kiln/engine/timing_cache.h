@@ -28,13 +28,19 @@
 
 namespace kiln {
 
+// A field of a timing cache entry, or `fallback` where the field is missing or of another type.
+// Entries come from a file a user may have edited: a choice that does not read is stale, and the
+// layer is timed again, rather than a JSON type error ending the build.
+int64_t entryInt(const nlohmann::json& entry, const char* key, int64_t fallback);
+std::string entryString(const nlohmann::json& entry, const char* key);
+
 class TimingCache {
  public:
   // The process's cache for `path` (one object per path; "" for the in-memory one). A file is
   // read on the first call for its path; a missing file is an empty cache.
   static Result<std::shared_ptr<TimingCache>> forFile(const std::filesystem::path& path);
 
-  // Parses a timing cache file's text; `what` names it in errors.
+  // Parses a timing cache file's text; `what` names it in errors. Every entry must be an object.
   static Result<std::map<std::string, std::map<std::string, nlohmann::json>>> parse(
       const std::string& text, const std::string& what);
 

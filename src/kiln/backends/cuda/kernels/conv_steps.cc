@@ -1160,8 +1160,8 @@ Result<std::vector<CudnnPlan>> findPlans(const CudnnGraph& graph, cudnnHandle_t 
 Result<std::optional<CudnnPlan>> recordedPlan(const CudnnGraph& graph, cudnnHandle_t handle,
                                               const EngineFilter& filter,
                                               const nlohmann::json& record) {
-  const int heuristics = record.value("heuristics", -1);
-  const int64_t index = record.value("config", int64_t{-1});
+  const int64_t heuristics = entryInt(record, "heuristics", -1);
+  const int64_t index = entryInt(record, "config", -1);
   const std::array<int, 2> lists = heuristicLists(filter);
   if (std::find(lists.begin(), lists.end(), heuristics) == lists.end() || index < 0) {
     return std::optional<CudnnPlan>();
@@ -1172,7 +1172,7 @@ Result<std::optional<CudnnPlan>> recordedPlan(const CudnnGraph& graph, cudnnHand
   }
   KILN_ASSIGN_OR_RETURN(std::optional<CudnnPlan> plan,
                         planFor(std::move((*configs)[static_cast<size_t>(index)]), handle, filter));
-  if (!plan || plan->engine != record.value("engine", int64_t{-2})) {
+  if (!plan || plan->engine != entryInt(record, "engine", -2)) {
     return std::optional<CudnnPlan>();
   }
   plan->heuristics = heuristics;

@@ -426,9 +426,9 @@ Status MatrixProduct::prepareLt(PrepareContext& prepare, const void* a, const vo
                     static_cast<int>(epilogue_.activation));
   std::optional<size_t> recorded;
   if (auto record = timing ? prepare.cachedChoice(key) : std::nullopt) {
-    const int64_t index = record->value("index", int64_t{-1});
+    const int64_t index = entryInt(*record, "index", -1);
     if (index >= 0 && index < static_cast<int64_t>(found.size()) &&
-        record->value("algo", std::string()) == algoHex(found[static_cast<size_t>(index)].algo)) {
+        entryString(*record, "algo") == algoHex(found[static_cast<size_t>(index)].algo)) {
       recorded = static_cast<size_t>(index);
       ++prepare.timingHits;
     } else {
