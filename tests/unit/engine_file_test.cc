@@ -355,6 +355,70 @@ TEST_F(EngineFileTest, RefusesAnotherTarget) {
   expectRefused("corrupt or tampered: checksum mismatch");
 }
 
+// FNV-1a 64, the engine's checksum: what anyone crafting an engine can compute too.
+uint64_t fnv1a64(std::string_view bytes) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (char c : bytes) hash = (hash ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
+  return hash;
+}
+
+// The engine with its metadata edited by `edit` and the checksum recomputed: a crafted file,
+// not a damaged one. The edited metadata must not be longer than the original plus its padding.
+std::string withMetadata(std::string file, const std::function<void(nlohmann::json&)>& edit) {
+  uint32_t headerBytes;
+  std::memcpy(&headerBytes, file.data() + 12, sizeof headerBytes);
+  const size_t body = 32 + headerBytes;
+  uint64_t metadataBytes;
+  std::memcpy(&metadataBytes, file.data() + body, sizeof metadataBytes);
+  nlohmann::json metadata = nlohmann::json::parse(file.substr(body + 8, metadataBytes));
+  edit(metadata);
+  const std::string text = metadata.dump();
+  const size_t room = metadata["weights_offset"].get<size_t>() - 8;
+  EXPECT_LE(text.size(), room);
+  file.replace(body + 8, room, text + std::string(room - text.size(), '\0'));
+  const uint64_t length = text.size();
+  std::memcpy(file.data() + body, &length, sizeof length);
+  const uint64_t checksum = fnv1a64(std::string_view(file).substr(32));
+  std::memcpy(file.data() + 24, &checksum, sizeof checksum);
+  return file;
+}
+
+// A checksum proves nothing about who wrote the file: a crafted engine whose graph disagrees
+// with itself is refused before its kernels see the shapes. (The fuzzer found one: a Gemm
+// operand stored with a longer shape than its constant held read past the weights.)
+TEST_F(EngineFileTest, RefusesACraftedGraphThatDisagreesWithItself) {
+  build();
+  const std::string original = bytes();
+  auto shrink = [](nlohmann::json& value) {
+    nlohmann::json& shape = value["shape"];
+    for (auto& dim : shape) {
+      if (dim.get<int64_t>() > 1) {
+        dim = 1;
+        return true;
+      }
+    }
+    return false;
+  };
+  // A node's output stored with another shape than its node gives.
+  rewrite(withMetadata(original, [&](nlohmann::json& metadata) {
+    for (auto& value : metadata["graph"]["values"]) {
+      if (!value.contains("constant") && value["name"] != "image" && shrink(value)) return;
+    }
+  }));
+  expectRefused("corrupt or tampered: value '");
+  expectRefused("' is stored as float32[");
+  // A constant whose value claims another shape than the tensor stored for it.
+  rewrite(withMetadata(original, [&](nlohmann::json& metadata) {
+    for (auto& value : metadata["graph"]["values"]) {
+      if (value.contains("constant") && shrink(value)) return;
+    }
+  }));
+  expectRefused("but its constant is float32[");
+  // Unedited and resealed, the same file loads.
+  rewrite(withMetadata(original, [](nlohmann::json&) {}));
+  EXPECT_TRUE(loadEngine(path()).isOk());
+}
+
 TEST_F(EngineFileTest, RefusesTruncation) {
   build();
   const std::string file = bytes();

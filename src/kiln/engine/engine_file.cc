@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "kiln/base/file.h"
+#include "kiln/ir/shape_inference.h"
 #include "kiln/knobs/route.h"
 
 namespace kiln {
@@ -301,6 +302,39 @@ std::string targetDifferences(const EngineTarget& engine, const EngineTarget& he
   return text;
 }
 
+// The stored graph skipped the importer's checks, and a checksum is no proof of who wrote it:
+// before lowering (whose kernels trust shapes), the graph must be well formed, every constant
+// must have its value's type, and shape inference must give every node's outputs the types
+// stored for them.
+Status checkStoredGraph(ir::Graph& graph) {
+  Status verified = graph.verify();
+  if (!verified.isOk()) return invalidInput("corrupt or tampered: {}", verified.message());
+  std::map<const ir::Value*, std::pair<ir::DType, ir::Shape>> stored;
+  for (const auto& value : graph.values()) {
+    if (value->constant &&
+        (value->constant->dtype() != value->dtype || value->constant->shape() != value->shape)) {
+      return invalidInput(
+          "corrupt or tampered: value '{}' is stored as {}{} but its constant is {}{}", value->name,
+          ir::dtypeName(value->dtype), value->shape.toString(),
+          ir::dtypeName(value->constant->dtype()), value->constant->shape().toString());
+    }
+    if (value->producer) stored.emplace(value.get(), std::make_pair(value->dtype, value->shape));
+  }
+  Status inferred = ir::inferShapes(graph, nullptr);
+  if (!inferred.isOk()) {
+    return invalidInput("corrupt or tampered: its graph does not check: {}", inferred.message());
+  }
+  for (const auto& [value, type] : stored) {
+    if (value->dtype != type.first || value->shape != type.second) {
+      return invalidInput("corrupt or tampered: value '{}' is stored as {}{} but {} gives {}{}",
+                          value->name, ir::dtypeName(type.first), type.second.toString(),
+                          value->producer->describe(), ir::dtypeName(value->dtype),
+                          value->shape.toString());
+    }
+  }
+  return Status::ok();
+}
+
 Result<LoadedEngine> parseEngine(std::string_view file) {
   if (file.size() < kEngineMagic.size() && file == kEngineMagic.substr(0, file.size())) {
     return ioError("truncated: {} bytes, shorter than the magic", file.size());
@@ -380,6 +414,7 @@ Result<LoadedEngine> parseEngine(std::string_view file) {
         "the stored route does not parse here (the engine was built by another kiln)");
   }
   KILN_ASSIGN_OR_RETURN(ir::Graph graph, graphFromJson(metadata.at("graph"), weights));
+  KILN_RETURN_IF_ERROR(checkStoredGraph(graph));
   auto shared = std::make_shared<const ir::Graph>(std::move(graph));
   KILN_ASSIGN_OR_RETURN(engine.plan, cpu::lowerToCpu(shared, *route));
 

@@ -141,6 +141,9 @@ Result<std::string> headerField(const std::string& header, const std::string& ke
 }
 
 Result<std::vector<int64_t>> parseShapeTuple(const std::string& tuple, const std::string& what) {
+  if (tuple.size() < 2 || tuple.front() != '(' || tuple.back() != ')') {
+    return invalidInput("{}: .npy shape '{}' is not a tuple", what, tuple);
+  }
   std::vector<int64_t> dims;
   std::string inner = tuple.substr(1, tuple.size() - 2);
   size_t pos = 0;
