@@ -83,6 +83,9 @@ class KilnTune : public ::testing::Test {
   Outcome faulty(const std::string& args) { return run(KILN_FAULTY_BINARY, args); }
 
   // Starts kiln_faulty in the background (its own argv, no shell, so signals reach it).
+  // Starts a slow tune, sends `signal` after its first trial, and checks the stop and the resume.
+  void stopsCleanlyOn(int signal);
+
   pid_t start(const std::vector<std::string>& args, const fs::path& log) {
     std::vector<std::string> storage{KILN_FAULTY_BINARY};
     storage.insert(storage.end(), args.begin(), args.end());
@@ -1113,14 +1116,25 @@ TEST_F(KilnTune, KillNineAtSeveralPointsThenContinueLosesAndRepeatsNothing) {
   EXPECT_EQ(recorded(cache).size(), resumed.size());
 }
 
+// SIGINT (Ctrl-C) and SIGTERM (what a batch system or `kill` sends) stop the same way: the
+// trial in flight is abandoned, every finished one is kept, and the run says how to resume.
 TEST_F(KilnTune, SigintStopsCleanlyAndSaysHowToResume) {
+  for (int signal : {SIGTERM, SIGINT}) {
+    SCOPED_TRACE(signal == SIGINT ? "SIGINT" : "SIGTERM");
+    fs::remove(dir_ / "tune.db");
+    fs::remove_all(dir_ / "tune.db.d");
+    stopsCleanlyOn(signal);
+  }
+}
+
+void KilnTune::stopsCleanlyOn(int signal) {
   const fs::path log = dir_ / "log.txt";
   const pid_t pid =
       start({"tune", sample(), "--tune", "-test.delay_a=* -cpu.conv.algo=*", "--cache", "tune.db",
              "--warmUp", "0", "--iterations", "30", "--duration", "0.05"},
             log);
   ASSERT_TRUE(waitForTrials(dir_ / "tune.db", 1, pid));
-  ::kill(pid, SIGINT);
+  ::kill(pid, signal);
   EXPECT_EQ(waitFor(pid), 130);
   const std::string out = kiln::readFileBytes(log).value();
   EXPECT_NE(out.find("stopped:"), std::string::npos) << out;
@@ -1134,6 +1148,27 @@ TEST_F(KilnTune, SigintStopsCleanlyAndSaysHowToResume) {
             std::string::npos)
       << resumed.out;
   EXPECT_EQ(recorded(dir_ / "tune.db").size(), 7u);
+}
+
+// The cache deleted while the run records into it: the run stops at the next trial, with an
+// error that says what happened and what was kept, instead of going on into a file nobody can
+// open again.
+TEST_F(KilnTune, ACacheDeletedDuringTheRunStopsIt) {
+  const fs::path log = dir_ / "log.txt";
+  const pid_t pid =
+      start({"tune", sample(), "--tune", "-test.delay_a=* -cpu.conv.algo=*", "--cache", "tune.db",
+             "--warmUp", "0", "--iterations", "30", "--duration", "0.05"},
+            log);
+  ASSERT_TRUE(waitForTrials(dir_ / "tune.db", 1, pid));
+  fs::remove(dir_ / "tune.db");
+  EXPECT_EQ(waitFor(pid), 1);
+  const std::string out = kiln::readFileBytes(log).value();
+  EXPECT_NE(out.find("'tune.db' was deleted or replaced while kiln was recording into it"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("stopped: the trial of route"), std::string::npos) << out;
+  EXPECT_NE(out.find("earlier trials are in the cache"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dir_ / "tune.db"));
 }
 
 TEST_F(KilnTune, TuningTimeoutFinishesCleanly) {

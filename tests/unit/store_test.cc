@@ -679,5 +679,46 @@ TEST_F(TuneStoreTest, ManySamplesAreThinnedAndTheStatisticsKept) {
   EXPECT_EQ(pair.comparison.ratioHigh, comparison.comparison.ratioHigh);
 }
 
+// A cache deleted or replaced while a run records into it: SQLite would go on writing into the
+// unlinked file and every later trial would vanish with it, so each write checks the path first.
+TEST_F(TuneStoreTest, WritesStopWhenTheFileIsDeletedOrReplaced) {
+  const std::vector<TrialRecord> trials = sampleTrials();
+  for (bool replace : {false, true}) {
+    SCOPED_TRACE(replace ? "replaced" : "deleted");
+    const fs::path path = dir_ / "fresh.db";
+    auto store = TuneStore::create(path, kHeader);
+    ASSERT_TRUE(store.isOk()) << store.status().toString();
+    ASSERT_TRUE(store->addTrial(trials[0]).isOk());
+    fs::remove(path);
+    if (replace) fs::copy_file(makeStore("other.db"), path);
+    const Status added = store->addTrial(trials[1]);
+    ASSERT_FALSE(added.isOk());
+    EXPECT_NE(added.message().find("was deleted or replaced while kiln was recording into it"),
+              std::string::npos)
+        << added.message();
+    EXPECT_FALSE(store->setComparisons({}).isOk());
+    EXPECT_FALSE(store->setHeaderField("k", "v").isOk());
+    fs::remove(path);
+    fs::remove(dir_ / "other.db");
+  }
+}
+
+// A read-only cache is refused before a resumed run does any work (root may write anything, so
+// there the check has nothing to refuse).
+TEST_F(TuneStoreTest, ReadOnlyFilesAreNotWritable) {
+  const fs::path path = makeStore();
+  auto store = TuneStore::open(path);
+  ASSERT_TRUE(store.isOk());
+  EXPECT_TRUE(store->checkWritable().isOk()) << store->checkWritable().toString();
+  if (::geteuid() == 0) GTEST_SKIP() << "root bypasses file permissions";
+  fs::permissions(path, fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
+  auto readOnly = TuneStore::open(path);
+  ASSERT_TRUE(readOnly.isOk());
+  const Status writable = readOnly->checkWritable();
+  EXPECT_FALSE(writable.isOk());
+  EXPECT_NE(writable.message().find("is read-only"), std::string::npos) << writable.message();
+  fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write);
+}
+
 }  // namespace
 }  // namespace kiln::tune

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
@@ -709,10 +710,20 @@ Result<TuneStore> TuneStore::open(const fs::path& path) {
   return Result<TuneStore>(std::move(store));
 }
 
+TuneStore::TuneStore(fs::path path, sqlite3* db) : path_(std::move(path)), db_(db) {
+  struct stat status {};
+  if (::stat(path_.c_str(), &status) == 0) {
+    device_ = static_cast<uint64_t>(status.st_dev);
+    inode_ = static_cast<uint64_t>(status.st_ino);
+  }
+}
+
 TuneStore::TuneStore(TuneStore&& other) noexcept
     : path_(std::move(other.path_)),
       db_(std::exchange(other.db_, nullptr)),
-      header_(std::move(other.header_)) {}
+      header_(std::move(other.header_)),
+      device_(other.device_),
+      inode_(other.inode_) {}
 
 TuneStore& TuneStore::operator=(TuneStore&& other) noexcept {
   if (this != &other) {
@@ -720,8 +731,34 @@ TuneStore& TuneStore::operator=(TuneStore&& other) noexcept {
     path_ = std::move(other.path_);
     db_ = std::exchange(other.db_, nullptr);
     header_ = std::move(other.header_);
+    device_ = other.device_;
+    inode_ = other.inode_;
   }
   return *this;
+}
+
+Status TuneStore::checkSameFile() const {
+  struct stat status {};
+  if (::stat(path_.c_str(), &status) != 0 || static_cast<uint64_t>(status.st_dev) != device_ ||
+      static_cast<uint64_t>(status.st_ino) != inode_) {
+    return ioError(
+        "{} was deleted or replaced while kiln was recording into it; the trials it held went "
+        "with it, so this run stops here (restore the file and resume, or start again)",
+        quoted(path_));
+  }
+  return Status::ok();
+}
+
+Status TuneStore::checkWritable() const {
+  if (sqlite3_db_readonly(db_, "main") == 1 || ::access(path_.c_str(), W_OK) != 0) {
+    return ioError("{} is read-only: kiln tune records every trial in it", quoted(path_));
+  }
+  const fs::path folder = path_.has_parent_path() ? path_.parent_path() : fs::path(".");
+  if (::access(folder.c_str(), W_OK) != 0) {
+    return ioError("the folder of {} is read-only: SQLite writes its log beside the cache",
+                   quoted(path_));
+  }
+  return Status::ok();
 }
 
 TuneStore::~TuneStore() {
@@ -729,6 +766,7 @@ TuneStore::~TuneStore() {
 }
 
 Status TuneStore::setHeaderField(const std::string& key, const std::string& value) {
+  KILN_RETURN_IF_ERROR(checkSameFile());
   Statement upsert(db_, path_,
                    "INSERT INTO header(key, value) VALUES(?1, ?2) "
                    "ON CONFLICT(key) DO UPDATE SET value = excluded.value");
@@ -763,6 +801,7 @@ Result<std::vector<TrialRecord>> TuneStore::trials() const {
 }
 
 Status TuneStore::addTrial(const TrialRecord& record) {
+  KILN_RETURN_IF_ERROR(checkSameFile());
   Transaction transaction(db_, path_);
   KILN_RETURN_IF_ERROR(transaction.begin());
   KILN_ASSIGN_OR_RETURN(int64_t count, pragmaInteger(db_, path_, "SELECT count(*) FROM trials"));
@@ -835,6 +874,7 @@ Result<std::vector<ComparisonRecord>> TuneStore::comparisons() const {
 }
 
 Status TuneStore::setComparisons(const std::vector<ComparisonRecord>& comparisons) {
+  KILN_RETURN_IF_ERROR(checkSameFile());
   Transaction transaction(db_, path_);
   KILN_RETURN_IF_ERROR(transaction.begin());
   KILN_RETURN_IF_ERROR(exec(db_, path_, "DELETE FROM comparisons"));

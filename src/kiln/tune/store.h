@@ -122,11 +122,21 @@ class TuneStore final : public ResultStore {
   // (`kiln cache export --jsonl`).
   Result<std::string> exportJsonLines() const;
 
+  // Whether the tuner can record trials here: the file and its folder (where SQLite keeps its
+  // write-ahead log) are writable. Checked before a resumed run starts its first trial, so a
+  // read-only cache is refused up front rather than after a trial's work.
+  Status checkWritable() const;
+
  private:
-  TuneStore(std::filesystem::path path, sqlite3* db) : path_(std::move(path)), db_(db) {}
+  TuneStore(std::filesystem::path path, sqlite3* db);
+  // The path still names the file this store opened: writes to a cache deleted or replaced
+  // while the run goes on would vanish with it, so every write checks first.
+  Status checkSameFile() const;
+
   std::filesystem::path path_;
   sqlite3* db_ = nullptr;
   std::map<std::string, std::string> header_;
+  uint64_t device_ = 0, inode_ = 0;  // of the file opened
 };
 
 }  // namespace kiln::tune

@@ -1286,6 +1286,7 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
     if (options.cache.empty())
       return invalidInput("--continue needs --cache, the run's result store");
     KILN_ASSIGN_OR_RETURN(TuneStore opened, TuneStore::open(options.cache));
+    KILN_RETURN_IF_ERROR(opened.checkWritable());
     store.emplace(std::move(opened));
     json study;
     try {
@@ -1634,7 +1635,17 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
       }
       TrialRun& run = *result;
       run.record.iteration = static_cast<int64_t>(records.size());
-      KILN_RETURN_IF_ERROR(store->addTrial(run.record));
+      // A cache that cannot be written (a full disk, a file deleted under the run) stops the
+      // run: the trial just finished is lost, those recorded before it are kept.
+      Status stored = store->addTrial(run.record);
+      if (!stored.isOk()) {
+        progress.abandonTrial(displayRoute(job.route));
+        return ioError(
+            "{}\nstopped: the trial of route '{}' could not be recorded; {} earlier trials are in "
+            "the cache{}",
+            stored.message(), displayRoute(job.route), records.size(),
+            resumeCommand.empty() ? "" : "; once it can be written, resume with: " + resumeCommand);
+      }
       records.push_back(run.record);
       ++done;
       const TrialRecord& r = run.record;
