@@ -17,6 +17,7 @@ packages=(
   libpq-dev postgresql                # the shared store (PostgreSQL), and a server for its tests
   libgtest-dev libgmock-dev           # unit tests
   chromium poppler-utils              # the HTML report's test renders it and reads the page
+  clang libclang-rt-14-dev            # scripts/sanitize.sh: ASan, UBSan and libFuzzer
 )
 
 missing=()

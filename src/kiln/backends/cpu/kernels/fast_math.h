@@ -61,9 +61,10 @@ inline float expReduced(float x, float& n) {
 // applied through the exponent bits, in two halves so that n down to -149 (subnormal results)
 // and up to 128 do not overflow the exponent field.
 inline float fastExp(float x) {
-  // Beyond these bounds the result is inf or 0; clamping keeps n in range (NaN passes through
-  // both comparisons unchanged).
-  const float clamped = x > 88.8f ? 88.8f : (x < -104.0f ? -104.0f : x);
+  // Beyond these bounds the result is inf or 0; clamping keeps n in range. NaN fails both
+  // comparisons and is clamped too (converting a NaN n to an integer is undefined behaviour);
+  // the last line returns it.
+  const float clamped = x > 88.8f ? 88.8f : (x >= -104.0f ? x : -104.0f);
   float n;
   const float p = expReduced(clamped, n);
   // 2^n as 2^(n/2) * 2^(n - n/2): each factor's exponent stays within float's normal range.
@@ -132,7 +133,8 @@ inline float fastErf(float x) {
   return ax <= 1.0f ? small : (x != x ? x : large);
 }
 
-// e^x for x in [-36, 0] (NaN in, NaN out): fastExp's reduction and polynomial without the
+// e^x for x in [-36, 0], never NaN (converting a NaN n to an integer is undefined behaviour;
+// fastGelu clamps its NaN to the range): fastExp's reduction and polynomial without the
 // clamping and the split scaling that its whole range needs (2^n stays a normal float here).
 inline float expOfSmallNegative(float x) {
   float n;
@@ -161,7 +163,7 @@ inline float fastGelu(float x) {
   p = p * s + 0.14242486655712128f;
   p = p * s + 0.40981802344322205f;
   p = p * s + 0.42758363485336304f;
-  const float tail = a > 6.0f ? 6.0f : a;
+  const float tail = a <= 6.0f ? a : 6.0f;  // NaN to 6: the exponential's n stays defined
   const float half = 0.5f * expOfSmallNegative(-tail * tail) * p;  // Phi(-|x|)
   return x * (x < 0.0f ? half : 1.0f - half);
 }
