@@ -248,6 +248,28 @@ TEST_F(KilnCli, ChecksExternalDataBounds) {
   EXPECT_NE(ok.out.find("parameters: 4"), std::string::npos) << ok.out;
 }
 
+// An initializer whose 32 GiB of data really are there (a sparse file) but do not fit in the
+// memory the process may use: a clear error naming the tensor, not an abort or the OOM killer.
+TEST_F(KilnCli, AnInitializerLargerThanMemoryAllowsIsAnError) {
+  const fs::path folder = dir_ / "model";
+  const fs::path staged = stage("external_huge", folder);
+  writeFile(folder / "huge.bin", "");
+  fs::resize_file(folder / "huge.bin", uintmax_t{1} << 35);
+  const fs::path err = dir_ / "stderr.txt";
+  const int status =
+      std::system(fmt::format("(ulimit -v 8388608; '{}' inspect '{}') > /dev/null 2> '{}'",
+                              KILN_BINARY, staged.string(), err.string())
+                      .c_str());
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  const std::string message = kiln::readFileBytes(err).value();
+  EXPECT_NE(message.find("tensor 'w': its 34359738368 bytes do not fit in the memory this process "
+                         "may allocate"),
+            std::string::npos)
+      << message;
+  fs::remove(folder / "huge.bin");
+}
+
 TEST_F(KilnCli, RefusesOverflowingDimensions) {
   expectUserError(kiln(fmt::format("run '{}'", model("overflow_dims").string())),
                   "input 'x': shape [4294967296,4294967296,8] has more than 2^40 elements");

@@ -168,8 +168,26 @@ void copyTypedField(const Field& field, Tensor& tensor) {
 // Every size is checked against the data actually present (raw_data, the typed field, the
 // external file's bytes) before the tensor is allocated: a 60-byte model that declares a
 // terabyte of zeros is refused, not allocated.
+Result<Tensor> tensorFromProtoChecked(const ::onnx::TensorProto& proto, const fs::path& baseDir,
+                                      const std::string& what);
+
+// A tensor larger than the memory kiln may allocate (a limit on the process, or the machine) is
+// an error naming it, not an abort.
 Result<Tensor> tensorFromProto(const ::onnx::TensorProto& proto, const fs::path& baseDir) {
   const std::string what = proto.name().empty() ? "tensor" : "tensor '" + proto.name() + "'";
+  try {
+    return tensorFromProtoChecked(proto, baseDir, what);
+  } catch (const std::bad_alloc&) {
+    int64_t count = 1;
+    for (int64_t dim : proto.dims()) count *= dim;  // checked before anything was allocated
+    auto dtype = ir::dtypeFromOnnxType(proto.data_type());
+    return invalidInput("{}: its {} bytes do not fit in the memory this process may allocate", what,
+                        dtype.isOk() ? count * static_cast<int64_t>(ir::dtypeSize(*dtype)) : count);
+  }
+}
+
+Result<Tensor> tensorFromProtoChecked(const ::onnx::TensorProto& proto, const fs::path& baseDir,
+                                      const std::string& what) {
   auto dtype = ir::dtypeFromOnnxType(proto.data_type());
   if (!dtype.isOk()) return dtype.status().withContext(what);
   if (proto.has_segment()) return unsupported("{}: segmented tensors are not supported", what);
