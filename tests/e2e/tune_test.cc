@@ -1223,10 +1223,14 @@ TEST_F(KilnTune, CorruptForeignAndMismatchedCachesAreRefused) {
   std::string model = kiln::readFileBytes(dir_ / "model.onnx").value();
   model += std::string("\x0a\x00", 2);  // an extra empty field: still a valid ModelProto
   ASSERT_TRUE(kiln::writeFileAtomically(dir_ / "model.onnx", model).isOk());
+  const std::string cacheBefore = kiln::readFileBytes(dir_ / "m.db").value();
   Outcome moved = kiln("tune --continue --cache m.db");
   EXPECT_EQ(moved.exitCode, 1);
   EXPECT_NE(moved.err.find("the model changed since the run started"), std::string::npos)
       << moved.err;
+  // Refused, the cache is left as it was: same bytes, no log beside it.
+  EXPECT_EQ(kiln::readFileBytes(dir_ / "m.db").value(), cacheBefore);
+  EXPECT_FALSE(fs::exists(dir_ / "m.db-wal"));
 }
 
 TEST_F(KilnTune, GivenReferencesDecideEligibility) {
