@@ -1171,6 +1171,32 @@ TEST_F(KilnTune, ACacheDeletedDuringTheRunStopsIt) {
   EXPECT_FALSE(fs::exists(dir_ / "tune.db"));
 }
 
+// A cache that cannot grow (here a file size limit, which fails writes as a full disk does):
+// the run stops with what it could not record and what it kept, and resumes once it can write.
+TEST_F(KilnTune, ACacheThatCannotGrowStopsTheRunAndItResumes) {
+  const std::string command = fmt::format(
+      "cd '{}' && (ulimit -f 100; '{}' tune '{}' --tune '-cpu.conv.algo=* -graph.layout=*' "
+      "--cache tune.db {}) > full.txt 2>&1",
+      dir_.string(), KILN_FAULTY_BINARY, sample(), kQuickTiming);
+  const int status = std::system(command.c_str());
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  const std::string out = kiln::readFileBytes(dir_ / "full.txt").value();
+  EXPECT_NE(out.find("could not be recorded; "), std::string::npos) << out;
+  EXPECT_NE(out.find(" earlier trials are in the cache; once it can be written, resume with: "
+                     "kiln tune --continue --cache tune.db"),
+            std::string::npos)
+      << out;
+  const size_t kept = recorded(dir_ / "tune.db").size();
+  EXPECT_GE(kept, 1u);
+  Outcome resumed = faulty("tune --continue --cache tune.db");
+  ASSERT_EQ(resumed.exitCode, 0) << resumed.out << resumed.err;
+  EXPECT_NE(resumed.out.find(fmt::format("continuing: {} trials already recorded", kept)),
+            std::string::npos)
+      << resumed.out;
+  EXPECT_EQ(recorded(dir_ / "tune.db").size(), 7u);
+}
+
 TEST_F(KilnTune, TuningTimeoutFinishesCleanly) {
   const auto begin = std::chrono::steady_clock::now();
   Outcome outcome =

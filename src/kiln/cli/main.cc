@@ -1,11 +1,15 @@
 // The kiln command: one subcommand per file in src/kiln/cli/.
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <cstdio>
 #include <new>
 
 #include "kiln/cli/commands.h"
 
 int main(int argc, char** argv) {
+  // A write past a file size limit (ulimit -f) fails with EFBIG and is reported like a full disk,
+  // instead of SIGXFSZ killing the process with a tuning cache half written.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"kiln: an ONNX inference compiler with a global performance tuner"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(kiln::cli::kVersion));

@@ -1599,6 +1599,17 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
     say("trials on {} GPU{} at once ({}), one trial per GPU\n", gpus.size(),
         gpus.size() == 1 ? "" : "s", fmt::join(gpus, ", "));
   }
+  // A cache that cannot be written (a full disk, a file size limit, the file deleted under the
+  // run) stops the run: it says what could not be recorded, what the cache keeps, and how to
+  // resume once the cause is gone.
+  auto recordedOrStop = [&](Status status, const std::string& what) -> Status {
+    if (status.isOk()) return status;
+    return ioError(
+        "{}\nstopped: {} could not be recorded; {} earlier trials are in the cache{}",
+        status.message(), what, records.size(),
+        resumeCommand.empty() ? "" : "; once it can be written, resume with: " + resumeCommand);
+  };
+
   // Runs the phase's routes not yet recorded, on every lane, and records each as it ends (in the
   // order they end: with one lane, the phase's order).
   auto runPhase = [&](const std::vector<std::string>& routes, int phase) -> Status {
@@ -1635,17 +1646,11 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
       }
       TrialRun& run = *result;
       run.record.iteration = static_cast<int64_t>(records.size());
-      // A cache that cannot be written (a full disk, a file deleted under the run) stops the
-      // run: the trial just finished is lost, those recorded before it are kept.
+      // The trial just finished is lost if it cannot be recorded; those before it are kept.
       Status stored = store->addTrial(run.record);
-      if (!stored.isOk()) {
-        progress.abandonTrial(displayRoute(job.route));
-        return ioError(
-            "{}\nstopped: the trial of route '{}' could not be recorded; {} earlier trials are in "
-            "the cache{}",
-            stored.message(), displayRoute(job.route), records.size(),
-            resumeCommand.empty() ? "" : "; once it can be written, resume with: " + resumeCommand);
-      }
+      if (!stored.isOk()) progress.abandonTrial(displayRoute(job.route));
+      KILN_RETURN_IF_ERROR(
+          recordedOrStop(stored, fmt::format("the trial of route '{}'", displayRoute(job.route))));
       records.push_back(run.record);
       ++done;
       const TrialRecord& r = run.record;
@@ -1740,10 +1745,12 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
           record["gpu"] = controls.at(job.tag).gpu;
           others.push_back(std::move(record));
         }
-        KILN_RETURN_IF_ERROR(store->setHeaderField("control_other_gpus", others.dump()));
+        KILN_RETURN_IF_ERROR(recordedOrStop(
+            store->setHeaderField("control_other_gpus", others.dump()), "the control trials"));
       }
-      KILN_RETURN_IF_ERROR(
-          store->setHeaderField("control", toJson(controls.at("control").record).dump()));
+      KILN_RETURN_IF_ERROR(recordedOrStop(
+          store->setHeaderField("control", toJson(controls.at("control").record).dump()),
+          "the control trial"));
     }
   }
   const ControlTrials controls = controlTrials(store->header());
@@ -1813,9 +1820,13 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
   }
 
   // ---- decision ------------------------------------------------------------------------------
-  KILN_ASSIGN_OR_RETURN(Conclusion conclusion,
-                        concludeStudy(study, *store, records, drift, outOfTime, remainingCount,
-                                      degenerateNote, stop, deadline, progress));
+  Result<Conclusion> concluded =
+      concludeStudy(study, *store, records, drift, outOfTime, remainingCount, degenerateNote, stop,
+                    deadline, progress);
+  if (!concluded.isOk() && concluded.status().code() == StatusCode::kIo) {
+    return recordedOrStop(concluded.status(), "the finalist round");
+  }
+  KILN_ASSIGN_OR_RETURN(Conclusion conclusion, std::move(concluded));
   if (conclusion.stopped) {
     say("\nstopped during the finalist round: every trial is recorded; resume with: {}\n",
         resumeCommand.empty() ? "(not resumable without --cache)" : resumeCommand);
@@ -1884,8 +1895,10 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
     say("kept {} engines in {}\n", index.size(), options.saveAllEngines.string());
   }
   if (!decision.provisional) {
-    KILN_RETURN_IF_ERROR(store->setHeaderField("decision", decisionJson(decision).dump()));
-    KILN_RETURN_IF_ERROR(store->setHeaderField("finished_at", isoNow()));
+    KILN_RETURN_IF_ERROR(recordedOrStop(
+        store->setHeaderField("decision", decisionJson(decision).dump()), "the decision"));
+    KILN_RETURN_IF_ERROR(
+        recordedOrStop(store->setHeaderField("finished_at", isoNow()), "the decision"));
     // The candidates' engines and trial folders were only needed until the decision.
     std::error_code ignored;
     if (!keepTrialFiles) fs::remove_all(study.workDir / "engines", ignored);
