@@ -419,6 +419,32 @@ TEST_F(EngineFileTest, RefusesACraftedGraphThatDisagreesWithItself) {
   EXPECT_TRUE(loadEngine(path()).isOk());
 }
 
+// Format version 0 was never written; an engine of another backend (its header resealed, as a
+// CUDA build's would be) is refused naming the backend.
+TEST_F(EngineFileTest, RefusesVersionZeroAndAnotherBackend) {
+  build();
+  std::string file = bytes();
+  const uint32_t zero = 0;
+  std::memcpy(file.data() + 8, &zero, sizeof zero);
+  rewrite(file);
+  expectRefused("format version 0 is not valid");
+  build();
+  file = bytes();
+  uint32_t headerBytes;
+  std::memcpy(&headerBytes, file.data() + 12, sizeof headerBytes);
+  auto header = nlohmann::json::parse(file.substr(32, headerBytes));
+  header["backend"] = "cuda";
+  std::string edited = header.dump();
+  while ((32 + edited.size()) % 64 != 0) edited.push_back(' ');
+  file.replace(32, headerBytes, edited);
+  headerBytes = static_cast<uint32_t>(edited.size());
+  std::memcpy(file.data() + 12, &headerBytes, sizeof headerBytes);
+  const uint64_t checksum = fnv1a64(std::string_view(file).substr(32));
+  std::memcpy(file.data() + 24, &checksum, sizeof checksum);
+  rewrite(file);
+  expectRefused("built for backend 'cuda'; this kiln loads cpu engines");
+}
+
 TEST_F(EngineFileTest, RefusesTruncation) {
   build();
   const std::string file = bytes();
