@@ -20,15 +20,6 @@ namespace {
 
 constexpr size_t kPrefix = 32;
 
-uint64_t fnv1a64(std::string_view bytes) {
-  uint64_t hash = 0xcbf29ce484222325ull;
-  for (char c : bytes) {
-    hash ^= static_cast<uint8_t>(c);
-    hash *= 0x100000001b3ull;
-  }
-  return hash;
-}
-
 template <typename T>
 void put(std::string& bytes, size_t offset, T value) {
   std::memcpy(bytes.data() + offset, &value, sizeof(T));
@@ -60,7 +51,7 @@ std::string seal(std::string_view input) {
   file += body;
   put<uint32_t>(file, 12, static_cast<uint32_t>(headerText.size()));
   put<uint64_t>(file, 16, body.size());
-  put<uint64_t>(file, 24, fnv1a64(std::string_view(file).substr(kPrefix)));
+  put<uint64_t>(file, 24, kiln::engineChecksum(std::string_view(file).substr(kPrefix)));
   return file;
 }
 

@@ -86,6 +86,10 @@ class KilnTune : public ::testing::Test {
   // Starts a slow tune, sends `signal` after its first trial, and checks the stop and the resume.
   void stopsCleanlyOn(int signal);
 
+  // A tune of 7 routes into tune.db whose trials take long enough (test.delay_a) to be caught
+  // in the middle of the run.
+  pid_t startSlowTune(const fs::path& log);
+
   pid_t start(const std::vector<std::string>& args, const fs::path& log) {
     std::vector<std::string> storage{KILN_FAULTY_BINARY};
     storage.insert(storage.end(), args.begin(), args.end());
@@ -1127,12 +1131,15 @@ TEST_F(KilnTune, SigintStopsCleanlyAndSaysHowToResume) {
   }
 }
 
+pid_t KilnTune::startSlowTune(const fs::path& log) {
+  return start({"tune", sample(), "--tune", "-test.delay_a=* -cpu.conv.algo=*", "--cache",
+                "tune.db", "--warmUp", "0", "--iterations", "30", "--duration", "0.05"},
+               log);
+}
+
 void KilnTune::stopsCleanlyOn(int signal) {
   const fs::path log = dir_ / "log.txt";
-  const pid_t pid =
-      start({"tune", sample(), "--tune", "-test.delay_a=* -cpu.conv.algo=*", "--cache", "tune.db",
-             "--warmUp", "0", "--iterations", "30", "--duration", "0.05"},
-            log);
+  const pid_t pid = startSlowTune(log);
   ASSERT_TRUE(waitForTrials(dir_ / "tune.db", 1, pid));
   ::kill(pid, signal);
   EXPECT_EQ(waitFor(pid), 130);
@@ -1155,10 +1162,7 @@ void KilnTune::stopsCleanlyOn(int signal) {
 // open again.
 TEST_F(KilnTune, ACacheDeletedDuringTheRunStopsIt) {
   const fs::path log = dir_ / "log.txt";
-  const pid_t pid =
-      start({"tune", sample(), "--tune", "-test.delay_a=* -cpu.conv.algo=*", "--cache", "tune.db",
-             "--warmUp", "0", "--iterations", "30", "--duration", "0.05"},
-            log);
+  const pid_t pid = startSlowTune(log);
   ASSERT_TRUE(waitForTrials(dir_ / "tune.db", 1, pid));
   fs::remove(dir_ / "tune.db");
   EXPECT_EQ(waitFor(pid), 1);

@@ -355,13 +355,6 @@ TEST_F(EngineFileTest, RefusesAnotherTarget) {
   expectRefused("corrupt or tampered: checksum mismatch");
 }
 
-// FNV-1a 64, the engine's checksum: what anyone crafting an engine can compute too.
-uint64_t fnv1a64(std::string_view bytes) {
-  uint64_t hash = 0xcbf29ce484222325ull;
-  for (char c : bytes) hash = (hash ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
-  return hash;
-}
-
 // The engine with its metadata edited by `edit` and the checksum recomputed: a crafted file,
 // not a damaged one. The edited metadata must not be longer than the original plus its padding.
 std::string withMetadata(std::string file, const std::function<void(nlohmann::json&)>& edit) {
@@ -378,7 +371,7 @@ std::string withMetadata(std::string file, const std::function<void(nlohmann::js
   file.replace(body + 8, room, text + std::string(room - text.size(), '\0'));
   const uint64_t length = text.size();
   std::memcpy(file.data() + body, &length, sizeof length);
-  const uint64_t checksum = fnv1a64(std::string_view(file).substr(32));
+  const uint64_t checksum = engineChecksum(std::string_view(file).substr(32));
   std::memcpy(file.data() + 24, &checksum, sizeof checksum);
   return file;
 }
@@ -439,7 +432,7 @@ TEST_F(EngineFileTest, RefusesVersionZeroAndAnotherBackend) {
   file.replace(32, headerBytes, edited);
   headerBytes = static_cast<uint32_t>(edited.size());
   std::memcpy(file.data() + 12, &headerBytes, sizeof headerBytes);
-  const uint64_t checksum = fnv1a64(std::string_view(file).substr(32));
+  const uint64_t checksum = engineChecksum(std::string_view(file).substr(32));
   std::memcpy(file.data() + 24, &checksum, sizeof checksum);
   rewrite(file);
   expectRefused("built for backend 'cuda'; this kiln loads cpu engines");

@@ -472,6 +472,8 @@ EngineTarget currentTarget() {
   return target;
 }
 
+uint64_t engineChecksum(std::string_view headerAndBody) { return fnv1a64(headerAndBody); }
+
 std::string modelHashOf(std::string_view onnxBytes) {
   return "fnv1a64:" + knobs::stableHash(onnxBytes);
 }

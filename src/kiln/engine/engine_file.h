@@ -69,6 +69,10 @@ struct LoadedEngine {
   cpu::Plan plan;
 };
 
+// The checksum an engine file stores at offset 24: FNV-1a 64 of everything after the prefix. It
+// detects damage, not forgery (anyone can compute it), which is why loading also checks the graph.
+uint64_t engineChecksum(std::string_view headerAndBody);
+
 // "fnv1a64:<16 hex digits>" of a model file's bytes.
 std::string modelHashOf(std::string_view onnxBytes);
 
