@@ -5,6 +5,7 @@
 // cuda.precision gives a reduced node).
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -325,6 +326,61 @@ TEST(CudaPool, NhwcPoolsMatchTheReference) {
     ASSERT_TRUE(build.isOk()) << build.status().toString();
     ASSERT_EQ(build->plan.steps().size(), 1u);
     EXPECT_EQ(build->plan.steps()[0]->layout, "nhwc");
+  }
+}
+
+// NHWC 2-D pools whose channels come in 16-byte groups take the vectorised kernel
+// (cuda.pool.vector): checked against the reference, and bit for bit against the scalar kernel
+// (-cuda.pool.vector=off), over every 2-D window, both average kinds, float16 and float32, NaN
+// and infinities included.
+TEST(CudaPool, NhwcVectorisedPoolsMatchTheReferenceAndTheScalarKernel) {
+  unsigned seed = 700;
+  for (const Window& w : windows()) {
+    if (w.x.rank() != 4 || w.attributes.count("dilations")) continue;
+    for (const char* op : {"NhwcMaxPool", "NhwcAveragePool"}) {
+      for (int64_t include : {0, 1}) {
+        if (std::string(op) == "NhwcMaxPool" && include) continue;
+        for (DType dtype : {DType::kFloat16, DType::kFloat32}) {
+          const int64_t channels = dtype == DType::kFloat16 ? 24 : 12;
+          SCOPED_TRACE(w.name + " " + op + " " + std::string(ir::dtypeName(dtype)) +
+                       " include_pad " + std::to_string(include));
+          Tensor x = uniform(Shape{w.x[0], w.x[2], w.x[3], channels}, seed++);
+          x.mutableData<float>()[1] = std::numeric_limits<float>::quiet_NaN();
+          x.mutableData<float>()[channels + 2] = std::numeric_limits<float>::infinity();
+          if (dtype == DType::kFloat16) x = x.castTo(DType::kFloat16);
+          CudaAttributes attributes = w.attributes;
+          if (std::string(op) == "NhwcAveragePool")
+            attributes["count_include_pad"] = intAttr(include);
+          CudaOpCase c = poolCase(op, x, attributes, "kiln.pool", 18, ir::kKilnDomain);
+          if (dtype == DType::kFloat16)
+            c.rtol = c.atol = std::string(op) == "NhwcMaxPool" ? 0 : 2e-3;
+          expectCudaMatchesReference(c);
+          // The two kernels, one after the other on the same input.
+          std::vector<ir::Tensor> outputs[2];
+          for (int vector = 0; vector < 2; ++vector) {
+            BuilderConfig config;
+            ASSERT_TRUE(
+                config
+                    .setBuildRoute(std::string("-cuda.host_fallback=off -cuda.pool.vector=") +
+                                   (vector ? "on" : "off"))
+                    .isOk());
+            auto build = buildCuda(
+                makeSingleOpGraph(c.opType, c.inputs, c.attributes, c.opset, 1, c.domain), config);
+            ASSERT_TRUE(build.isOk()) << build.status().toString();
+            const std::string detail = build->plan.steps()[0]->detail();
+            EXPECT_EQ(detail.find("16-byte loads") != std::string::npos, vector == 1) << detail;
+            if (!cuda::deviceAvailable()) GTEST_SKIP() << "no GPU";
+            auto ran = build->plan.run({x});
+            ASSERT_TRUE(ran.isOk()) << ran.status().toString();
+            outputs[vector] = std::move(ran).value();
+          }
+          const ir::Tensor& scalar = outputs[0][0];
+          const ir::Tensor& vectorised = outputs[1][0];
+          ASSERT_EQ(scalar.byteSize(), vectorised.byteSize());
+          EXPECT_EQ(std::memcmp(scalar.rawData(), vectorised.rawData(), scalar.byteSize()), 0);
+        }
+      }
+    }
   }
 }
 

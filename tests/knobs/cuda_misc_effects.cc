@@ -121,8 +121,9 @@ ir::Graph pools() {
   for (const char* layout : {"nhwc", "nchw"}) {
     for (const char* threads : {"128", "512"}) {
       const std::string block = std::string(threads) + "-thread blocks";
-      const std::string global =
-          std::string(layout) == "nhwc" ? "a thread an output, " : "a block a plane, ";
+      const bool nhwc = std::string(layout) == "nhwc";
+      const std::string global = nhwc ? "a thread an output, " : "a block a plane, ";
+      const std::string window = "a thread an output, ";
       registerKnobEffect({
           .knob = "cuda.pool.block",
           .value = threads,
@@ -132,9 +133,9 @@ ir::Graph pools() {
           .graph = pools,
           .baseRoute = std::string("-cuda.layout=") + layout,
           .expect =
-              [block, global](const BuildSnapshot& base, const BuildSnapshot& changed) {
-                EXPECT_EQ(base.layer("max").detail, "a thread an output, 256-thread blocks");
-                EXPECT_EQ(changed.layer("max").detail, "a thread an output, " + block);
+              [block, global, window](const BuildSnapshot& base, const BuildSnapshot& changed) {
+                EXPECT_EQ(base.layer("max").detail, window + "256-thread blocks");
+                EXPECT_EQ(changed.layer("max").detail, window + block);
                 EXPECT_EQ(base.layer("mean").detail, global + "256-thread blocks");
                 EXPECT_EQ(changed.layer("mean").detail, global + block);
               },
@@ -143,6 +144,22 @@ ir::Graph pools() {
   }
   return 0;
 }();
+
+KILN_KNOB_EFFECT({
+    .knob = "cuda.pool.vector",
+    .value = "on",
+    .shows = "an NHWC MaxPool over 8 float32 channels takes a thread per 4 channels with 16-byte "
+             "loads instead of a thread per output element",
+    .backend = "cuda",
+    .graph = pools,
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.layer("max").detail, "a thread an output, 256-thread blocks");
+          EXPECT_EQ(changed.layer("max").detail,
+                    "a thread per 4 channels (16-byte loads), 256-thread blocks");
+          EXPECT_EQ(changed.layer("max").layout, "nhwc");
+        },
+});
 
 }  // namespace
 }  // namespace kiln::testing

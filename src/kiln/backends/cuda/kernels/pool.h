@@ -46,9 +46,17 @@ bool poolSupported(ElementType type);
 // the spatial size, plus the element's spatial offset, row-major over (d, h, w), or column-major
 // with `columnMajor` (storage_order=1); -1 for a window wholly in padding.
 // `blockThreads` (a power of two, 32 to 512) a block, for this and launchGlobalPool.
+// With `vectorWidth` (what windowPoolVectorWidth gave, else 0) an NHWC 2-D pool takes a thread
+// per that many channels of an output pixel instead: 16-byte loads and stores and 32-bit index
+// arithmetic, the same taps in the same order per channel, so the same bits.
 cudaError_t launchWindowPool(const PoolGeometry& geometry, PoolKind kind, ElementType type,
                              const void* x, void* y, int64_t* indices, bool columnMajor,
-                             int blockThreads, cudaStream_t stream);
+                             int blockThreads, cudaStream_t stream, int vectorWidth = 0);
+
+// The channels a thread of the vectorised windowed kernel takes (16 bytes of them: 8 float16 or
+// bfloat16, 4 float32) where the pool is NHWC and 2-D, without indices, its channels and pixel
+// strides multiples of that and its sizes within 32-bit indices; 0 where it does not apply.
+int windowPoolVectorWidth(const PoolGeometry& geometry, ElementType type, bool indices);
 
 // y[n * channels + c] = mean or max of the `size` spatial elements of plane (n, c): contiguous
 // planes (NCHW: a block a plane), or with channelsLast (a thread an output) the elements `channels`

@@ -31,6 +31,18 @@ const knobs::Knob kPoolBlock = knobs::declareKnob({
     .perNode = true,
 });
 
+const knobs::Knob kPoolVector = knobs::declareKnob({
+    .name = "cuda.pool.vector",
+    .kind = knobs::KnobKind::kBool,
+    .defaultValue = "off",
+    .help = "NHWC 2-D windowed pools (MaxPool, AveragePool) whose channels come in 16-byte groups: "
+            "a thread per 16 bytes of an output pixel's channels, with 16-byte loads (on), or a "
+            "thread per output element (off); the same bits either way. Off by default until it "
+            "has been run and timed on a GPU",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
 namespace {
 
 enum class PoolOp { kMax, kAverage, kGlobalMax, kGlobalAverage };
@@ -83,15 +95,19 @@ void alignedStrides(const ir::Shape& shape, bool nhwc, int64_t out[5]) {
 class WindowPoolStep final : public Step {
  public:
   WindowPoolStep(PoolGeometry geometry, PoolKind kind, ElementType type, bool columnMajor,
-                 int blockThreads)
+                 int blockThreads, int vectorWidth)
       : geometry_(geometry),
         kind_(kind),
         type_(type),
         columnMajor_(columnMajor),
-        blockThreads_(blockThreads) {}
+        blockThreads_(blockThreads),
+        vectorWidth_(vectorWidth) {}
 
   std::string detail() const override {
-    return "a thread an output, " + std::to_string(blockThreads_) + "-thread blocks";
+    const std::string threads =
+        vectorWidth_ ? "a thread per " + std::to_string(vectorWidth_) + " channels (16-byte loads)"
+                     : std::string("a thread an output");
+    return threads + ", " + std::to_string(blockThreads_) + "-thread blocks";
   }
 
   Status enqueue(const Context& context) const override {
@@ -99,7 +115,7 @@ class WindowPoolStep final : public Step {
         outputs.size() > 1 && outputs[1] ? context.data<int64_t>(*outputs[1]) : nullptr;
     return cudaStatus(launchWindowPool(geometry_, kind_, type_, context.address(*inputs[0]),
                                        context.address(*outputs[0]), indices, columnMajor_,
-                                       blockThreads_, context.stream),
+                                       blockThreads_, context.stream, vectorWidth_),
                       "the pooling kernel");
   }
 
@@ -109,6 +125,7 @@ class WindowPoolStep final : public Step {
   ElementType type_;
   bool columnMajor_;  // MaxPool's storage_order=1
   int blockThreads_;
+  int vectorWidth_;  // channels a thread (windowPoolVectorWidth), 0 for a thread an output
 };
 
 class GlobalPoolStep final : public Step {
@@ -163,7 +180,7 @@ std::unique_ptr<Step> makeGlobalPoolStep(const PoolNode& pool, ElementType type,
 
 std::unique_ptr<Step> makeWindowPoolStep(const ir::Node& node, const PoolNode& pool,
                                          ElementType type, const ir::Shape& x, const ir::Shape& y,
-                                         int blockThreads) {
+                                         int blockThreads, bool vectorize, bool indices) {
   if (x.rank() > 5) return nullptr;
   const ir::Shape nchw = pool.nhwc ? ir::permuteShape(x, ir::kNhwcToNchw) : x;
   auto g = ir::resolvePoolGeometry(node, nchw);
@@ -201,7 +218,9 @@ std::unique_ptr<Step> makeWindowPoolStep(const ir::Node& node, const PoolNode& p
   alignedStrides(x, pool.nhwc, geometry.xStrides);
   alignedStrides(y, pool.nhwc, geometry.yStrides);
   geometry.channelsLast = pool.nhwc;
-  auto step = std::make_unique<WindowPoolStep>(geometry, kind, type, columnMajor, blockThreads);
+  const int vectorWidth = vectorize ? windowPoolVectorWidth(geometry, type, indices) : 0;
+  auto step = std::make_unique<WindowPoolStep>(geometry, kind, type, columnMajor, blockThreads,
+                                               vectorWidth);
   step->tactic = "kiln.pool";
   return step;
 }
@@ -213,11 +232,13 @@ std::unique_ptr<Step> makePoolStep(const ir::Node& node, const knobs::Route& rou
   if (!x || node.outputs.empty() || !node.outputs[0]) return nullptr;
   const ir::Value* y = node.outputs[0];
   // MaxPool's Indices: int64, shaped as Y; only the ONNX op has them.
+  bool indices = false;
   for (size_t i = 1; i < node.outputs.size(); ++i) {
-    const ir::Value* indices = node.outputs[i];
-    if (!indices) continue;
-    if (i > 1 || pool->op != PoolOp::kMax || pool->nhwc || indices->dtype != ir::DType::kInt64 ||
-        indices->shape != y->shape) {
+    const ir::Value* indexValue = node.outputs[i];
+    if (!indexValue) continue;
+    indices = true;
+    if (i > 1 || pool->op != PoolOp::kMax || pool->nhwc || indexValue->dtype != ir::DType::kInt64 ||
+        indexValue->shape != y->shape) {
       return nullptr;
     }
   }
@@ -235,7 +256,8 @@ std::unique_ptr<Step> makePoolStep(const ir::Node& node, const knobs::Route& rou
   std::unique_ptr<Step> step =
       pool->op == PoolOp::kGlobalMax || pool->op == PoolOp::kGlobalAverage
           ? makeGlobalPoolStep(*pool, *type, x->shape, y->shape, blockThreads)
-          : makeWindowPoolStep(node, *pool, *type, x->shape, y->shape, blockThreads);
+          : makeWindowPoolStep(node, *pool, *type, x->shape, y->shape, blockThreads,
+                               route.isOn(kPoolVector, &node), indices);
   if (step) step->layout = pool->nhwc ? "nhwc" : "nchw";
   return step;
 }
