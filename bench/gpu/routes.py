@@ -8,7 +8,9 @@ route, the median of the rounds' medians, their range, the ratio to the first ro
 build times `kiln run` reports; writes the same as JSON with --json.
 
 Usage: routes.py --kiln PATH --models DIR --workloads a,b [--rounds 3] [--duration 2]
-                 [--base "-cuda.precision=fp16"] [--json out.json] -- ROUTE [ROUTE ...]
+                 [--base=-cuda.precision=fp16] [--json out.json] -- ROUTE [ROUTE ...]
+  --base takes its value after '=': a value starting with '-' given as a separate word is read
+  by argparse as another option (a usage error).
   ROUTE: knob tokens ("-cuda.eltwise.codegen=interpreter"); "default" (or "") is the base alone.
   The `--` keeps routes that start with '-' from being read as options.
 """

@@ -34,11 +34,10 @@ const knobs::Knob kPoolBlock = knobs::declareKnob({
 const knobs::Knob kPoolVector = knobs::declareKnob({
     .name = "cuda.pool.vector",
     .kind = knobs::KnobKind::kBool,
-    .defaultValue = "off",
+    .defaultValue = "on",
     .help = "NHWC 2-D windowed pools (MaxPool, AveragePool) whose channels come in 16-byte groups: "
             "a thread per 16 bytes of an output pixel's channels, with 16-byte loads (on), or a "
-            "thread per output element (off); the same bits either way. Off by default until it "
-            "has been run and timed on a GPU",
+            "thread per output element (off); the same bits either way",
     .backends = {"cuda"},
     .perNode = true,
 });
