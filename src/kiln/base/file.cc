@@ -19,17 +19,11 @@ Result<std::string> readFileBytes(const fs::path& path) {
   if (fs::is_directory(path, ec)) return ioError("'{}' is a directory, not a file", path.string());
   std::ifstream in(path, std::ios::binary);
   if (!in) return ioError("cannot open '{}': {}", path.string(), std::strerror(errno));
-  // Read into a string of the file's size (one copy in memory, not a stream's growing buffer
-  // and then a second copy); a file that grows while it is read is read to its end.
-  const uintmax_t size = fs::file_size(path, ec);
+  // Into a string reserved at the file's size: one copy in memory, not a stream's growing buffer
+  // and then a second copy. A file that changes size while it is read is read to its end.
   std::string bytes;
-  if (!ec) {
-    bytes.resize(static_cast<size_t>(size));
-    in.read(bytes.data(), static_cast<std::streamsize>(size));
-    bytes.resize(static_cast<size_t>(in.gcount()));
-    if (in.bad()) return ioError("error reading '{}'", path.string());
-    in.clear();
-  }
+  const uintmax_t size = fs::file_size(path, ec);
+  if (!ec) bytes.reserve(static_cast<size_t>(size));
   char chunk[1 << 16];
   while (in.read(chunk, sizeof chunk) || in.gcount() > 0) bytes.append(chunk, in.gcount());
   if (in.bad()) return ioError("error reading '{}'", path.string());

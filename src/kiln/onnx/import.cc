@@ -114,89 +114,31 @@ Result<std::string> readExternalData(const ::onnx::TensorProto& proto, const fs:
   return bytes;
 }
 
-// The number of values a typed field (float_data, int32_data, ...) holds for this data type.
-int64_t typedFieldSize(const ::onnx::TensorProto& proto) {
+// Calls fn(field, "name") with the typed field (float_data, int32_data, ...) that holds this data
+// type's values.
+template <typename Fn>
+auto withTypedField(const ::onnx::TensorProto& proto, Fn&& fn) {
   switch (proto.data_type()) {
     case ::onnx::TensorProto::FLOAT:
-      return proto.float_data_size();
+      return fn(proto.float_data(), "float_data");
     case ::onnx::TensorProto::DOUBLE:
-      return proto.double_data_size();
+      return fn(proto.double_data(), "double_data");
     case ::onnx::TensorProto::INT64:
-      return proto.int64_data_size();
+      return fn(proto.int64_data(), "int64_data");
     case ::onnx::TensorProto::UINT64:
     case ::onnx::TensorProto::UINT32:
-      return proto.uint64_data_size();
+      return fn(proto.uint64_data(), "uint64_data");
     default:  // int32, int16, int8, uint16, uint8, bool, float16, bfloat16 live in int32_data
-      return proto.int32_data_size();
+      return fn(proto.int32_data(), "int32_data");
   }
 }
 
-const char* typedFieldName(const ::onnx::TensorProto& proto) {
-  switch (proto.data_type()) {
-    case ::onnx::TensorProto::FLOAT:
-      return "float_data";
-    case ::onnx::TensorProto::DOUBLE:
-      return "double_data";
-    case ::onnx::TensorProto::INT64:
-      return "int64_data";
-    case ::onnx::TensorProto::UINT64:
-    case ::onnx::TensorProto::UINT32:
-      return "uint64_data";
-    default:
-      return "int32_data";
-  }
-}
-
-// Copies typed-field data into the tensor, whose element count the caller checked against it.
-template <typename Field>
-void copyTypedField(const Field& field, Tensor& tensor) {
-  ir::visitDType(tensor.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    auto out = tensor.mutableData<T>();
-    for (int i = 0; i < field.size(); ++i) {
-      if constexpr (std::is_same_v<T, ir::Float16> || std::is_same_v<T, ir::BFloat16>) {
-        out[i].bits = static_cast<uint16_t>(field.Get(i));  // stored as raw bits in int32_data
-      } else {
-        out[i] = static_cast<T>(field.Get(i));
-      }
-    }
-  });
-}
-
-}  // namespace
-
-// Every size is checked against the data actually present (raw_data, the typed field, the
-// external file's bytes) before the tensor is allocated: a 60-byte model that declares a
-// terabyte of zeros is refused, not allocated.
-Result<Tensor> tensorFromProtoChecked(const ::onnx::TensorProto& proto, const fs::path& baseDir,
-                                      const std::string& what);
-
-// A tensor larger than the memory kiln may allocate (a limit on the process, or the machine) is
-// an error naming it, not an abort.
-Result<Tensor> tensorFromProto(const ::onnx::TensorProto& proto, const fs::path& baseDir) {
-  const std::string what = proto.name().empty() ? "tensor" : "tensor '" + proto.name() + "'";
-  try {
-    return tensorFromProtoChecked(proto, baseDir, what);
-  } catch (const std::bad_alloc&) {
-    int64_t count = 1;
-    for (int64_t dim : proto.dims()) count *= dim;  // checked before anything was allocated
-    auto dtype = ir::dtypeFromOnnxType(proto.data_type());
-    return invalidInput("{}: its {} bytes do not fit in the memory this process may allocate", what,
-                        dtype.isOk() ? count * static_cast<int64_t>(ir::dtypeSize(*dtype)) : count);
-  }
-}
-
-Result<Tensor> tensorFromProtoChecked(const ::onnx::TensorProto& proto, const fs::path& baseDir,
-                                      const std::string& what) {
-  auto dtype = ir::dtypeFromOnnxType(proto.data_type());
-  if (!dtype.isOk()) return dtype.status().withContext(what);
-  if (proto.has_segment()) return unsupported("{}: segmented tensors are not supported", what);
-  Shape shape(std::vector<int64_t>(proto.dims().begin(), proto.dims().end()));
-  auto counted = shape.checkedElementCount();
-  if (!counted.isOk()) return counted.status().withContext(what);
-  const int64_t count = *counted;
-  const size_t byteSize = static_cast<size_t>(count) * ir::dtypeSize(*dtype);
-
+// The tensor's data, from raw_data, external data or its typed field, each checked against
+// `shape` (of `count` elements, `byteSize` bytes) before the tensor is allocated: a 60-byte model
+// that declares a terabyte of zeros is refused, not allocated.
+Result<Tensor> readTensorData(const ::onnx::TensorProto& proto, const fs::path& baseDir,
+                              const std::string& what, ir::DType dtype, Shape shape, int64_t count,
+                              size_t byteSize) {
   const bool external = proto.data_location() == ::onnx::TensorProto::EXTERNAL;
   if (external || proto.has_raw_data()) {
     std::string externalBytes;
@@ -208,37 +150,52 @@ Result<Tensor> tensorFromProtoChecked(const ::onnx::TensorProto& proto, const fs
     const std::string& raw = external ? externalBytes : proto.raw_data();
     if (raw.size() != byteSize) {
       return invalidInput("{}: declared shape {} of {} needs {} bytes, but raw_data holds {}", what,
-                          shape.toString(), ir::dtypeName(*dtype), byteSize, raw.size());
+                          shape.toString(), ir::dtypeName(dtype), byteSize, raw.size());
     }
-    KILN_ASSIGN_OR_RETURN(Tensor tensor, Tensor::allocate(*dtype, std::move(shape)));
+    KILN_ASSIGN_OR_RETURN(Tensor tensor, Tensor::allocate(dtype, std::move(shape)));
     if (!raw.empty()) std::memcpy(tensor.mutableRawData(), raw.data(), raw.size());
     return tensor;
   }
+  return withTypedField(proto, [&](const auto& field, const char* name) -> Result<Tensor> {
+    if (field.size() != count) {
+      return invalidInput("{}: {} has {} elements, but the shape {} needs {}", what, name,
+                          field.size(), shape.toString(), count);
+    }
+    KILN_ASSIGN_OR_RETURN(Tensor tensor, Tensor::allocate(dtype, std::move(shape)));
+    ir::visitDType(dtype, [&](auto tag) {
+      using T = decltype(tag);
+      auto out = tensor.mutableData<T>();
+      for (int i = 0; i < field.size(); ++i) {
+        if constexpr (std::is_same_v<T, ir::Float16> || std::is_same_v<T, ir::BFloat16>) {
+          out[i].bits = static_cast<uint16_t>(field.Get(i));  // stored as raw bits in int32_data
+        } else {
+          out[i] = static_cast<T>(field.Get(i));
+        }
+      }
+    });
+    return tensor;
+  });
+}
 
-  if (typedFieldSize(proto) != count) {
-    return invalidInput("{}: {} has {} elements, but the shape {} needs {}", what,
-                        typedFieldName(proto), typedFieldSize(proto), shape.toString(), count);
+}  // namespace
+
+// A tensor whose data are there but larger than the memory kiln may allocate (a limit on the
+// process, or the machine) is an error naming it, not an abort.
+Result<Tensor> tensorFromProto(const ::onnx::TensorProto& proto, const fs::path& baseDir) {
+  const std::string what = proto.name().empty() ? "tensor" : "tensor '" + proto.name() + "'";
+  auto dtype = ir::dtypeFromOnnxType(proto.data_type());
+  if (!dtype.isOk()) return dtype.status().withContext(what);
+  if (proto.has_segment()) return unsupported("{}: segmented tensors are not supported", what);
+  Shape shape(std::vector<int64_t>(proto.dims().begin(), proto.dims().end()));
+  auto counted = shape.checkedElementCount();
+  if (!counted.isOk()) return counted.status().withContext(what);
+  const size_t byteSize = static_cast<size_t>(*counted) * ir::dtypeSize(*dtype);
+  try {
+    return readTensorData(proto, baseDir, what, *dtype, std::move(shape), *counted, byteSize);
+  } catch (const std::bad_alloc&) {
+    return invalidInput("{}: its {} bytes do not fit in the memory this process may allocate", what,
+                        byteSize);
   }
-  KILN_ASSIGN_OR_RETURN(Tensor tensor, Tensor::allocate(*dtype, std::move(shape)));
-  switch (proto.data_type()) {
-    case ::onnx::TensorProto::FLOAT:
-      copyTypedField(proto.float_data(), tensor);
-      break;
-    case ::onnx::TensorProto::DOUBLE:
-      copyTypedField(proto.double_data(), tensor);
-      break;
-    case ::onnx::TensorProto::INT64:
-      copyTypedField(proto.int64_data(), tensor);
-      break;
-    case ::onnx::TensorProto::UINT64:
-    case ::onnx::TensorProto::UINT32:
-      copyTypedField(proto.uint64_data(), tensor);
-      break;
-    default:
-      copyTypedField(proto.int32_data(), tensor);
-      break;
-  }
-  return tensor;
 }
 
 Result<std::pair<std::string, Tensor>> readTensorProtoFile(const fs::path& path) {

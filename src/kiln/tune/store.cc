@@ -9,6 +9,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -35,19 +36,12 @@ json encodeDouble(double value) {
   return value > 0 ? "inf" : "-inf";
 }
 
-json encodeDoubles(const std::vector<double>& values) {
-  json array = json::array();
-  for (double value : values) array.push_back(encodeDouble(value));
-  return array;
-}
-
 // Samples as the store keeps them: all of them up to kStoredSamples, else every k-th (in the
 // order measured, starting with the first) for the smallest k that keeps at most kStoredSamples.
 // A model of a microsecond timed for a second yields a million samples, 11 MB of JSON a trial;
 // the summary, interval and paired ratio are computed from every sample before they are stored.
 json encodeSamples(const std::vector<double>& values) {
-  const size_t stride = (values.size() + kStoredSamples - 1) / kStoredSamples;
-  if (stride <= 1) return encodeDoubles(values);
+  const size_t stride = std::max<size_t>(1, (values.size() + kStoredSamples - 1) / kStoredSamples);
   json array = json::array();
   for (size_t i = 0; i < values.size(); i += stride) array.push_back(encodeDouble(values[i]));
   return array;
