@@ -174,6 +174,40 @@ TEST(Npy, ReadsHeaderFieldsInAnyOrderAndRefusesAnOverlongHeader) {
             "long.npy: .npy header of 1048576 bytes is longer than kiln reads (65536)");
 }
 
+// A dimension may have spaces around it, not inside it ("(2,99 9)" is not (2,999)), and an empty
+// array whose other dimensions pass kiln's limit in one order passes it in the other.
+TEST(Npy, RefusesSpacesInsideADimensionAndReadsEmptyArraysInEitherOrder) {
+  auto spaced = parseNpy(
+      npyWith("{'descr': '<f4', 'fortran_order': False, 'shape': (2,99\v9), }", ""), "spaced.npy");
+  ASSERT_FALSE(spaced.isOk());
+  EXPECT_NE(spaced.status().message().find("spaced.npy: .npy shape (2,99\v9) is malformed"),
+            std::string::npos)
+      << spaced.status().message();
+  auto padded =
+      parseNpy(npyWith("{'descr': '<f4', 'fortran_order': False, 'shape': ( 2 ,\t1 , ), }",
+                       std::string(8, '\0')),
+               "padded.npy");
+  ASSERT_TRUE(padded.isOk()) << padded.status().toString();
+  EXPECT_EQ(padded->shape(), Shape({2, 1}));
+  for (const char* order : {"True", "False"}) {
+    auto empty = parseNpy(npyWith(std::string("{'descr': '<f4', 'fortran_order': ") + order +
+                                      ", 'shape': (2, 9999999990, 99, 0), }",
+                                  ""),
+                          "empty.npy");
+    ASSERT_FALSE(empty.isOk()) << order;
+    EXPECT_NE(empty.status().message().find("more than 2^40 elements"), std::string::npos)
+        << empty.status().message();
+    auto fits = parseNpy(npyWith(std::string("{'descr': '<f4', 'fortran_order': ") + order +
+                                     ", 'shape': (2, 99999, 0), }",
+                                 ""),
+                         "fits.npy");
+    ASSERT_TRUE(fits.isOk()) << fits.status().toString();
+    auto back = parseNpy(serializeNpy(*fits).value(), "back.npy");
+    ASSERT_TRUE(back.isOk()) << back.status().toString();
+    EXPECT_EQ(back->shape(), fits->shape());
+  }
+}
+
 TEST(Npy, RejectsNonNpy) {
   auto t = parseNpy("hello, this is not numpy", "x.npy");
   ASSERT_FALSE(t.isOk());

@@ -21,6 +21,20 @@ TEST(Shape, RejectsOverflowingProduct) {
       << count.status().message();
 }
 
+// The limit holds on the nonzero dimensions wherever a zero stands, so a shape and its reverse
+// get the same answer (the .npy fuzzer found a Fortran-order file that read as [0,99,1e10,2] and
+// wrote back as [2,1e10,99,0], which was then refused).
+TEST(Shape, RefusesAnEmptyShapeWhoseOtherDimensionsOverflowInAnyOrder) {
+  const int64_t big = int64_t{1} << 31;
+  for (const Shape& shape : {Shape({0, big, big}), Shape({big, big, 0}), Shape({big, 0, big})}) {
+    auto count = shape.checkedElementCount();
+    ASSERT_FALSE(count.isOk()) << shape.toString();
+    EXPECT_NE(count.status().message().find("more than 2^40 elements"), std::string::npos);
+  }
+  EXPECT_EQ(Shape({0, big, 2}).checkedElementCount().value(), 0);
+  EXPECT_EQ(Shape({big, 2, 0}).checkedElementCount().value(), 0);
+}
+
 TEST(Shape, RejectsNegativeDimension) {
   auto count = Shape({2, -1}).checkedElementCount();
   ASSERT_FALSE(count.isOk());

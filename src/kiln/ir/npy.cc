@@ -151,9 +151,14 @@ Result<std::vector<int64_t>> parseShapeTuple(const std::string& tuple, const std
     const size_t comma = inner.find(',', pos);
     std::string item =
         inner.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    item.erase(std::remove_if(item.begin(), item.end(), ::isspace), item.end());
+    // Spaces around a dimension are allowed, not inside it: numpy reads "(99 9,)" as an error.
+    const auto isSpace = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
+    const auto first = std::find_if_not(item.begin(), item.end(), isSpace);
+    const auto last = std::find_if_not(item.rbegin(), item.rend(), isSpace).base();
+    item = first < last ? std::string(first, last) : std::string();
     if (!item.empty()) {
-      if (!std::all_of(item.begin(), item.end(), ::isdigit) || item.size() > 18) {
+      if (!std::all_of(item.begin(), item.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+          item.size() > 18) {
         return invalidInput("{}: .npy shape {} is malformed", what, tuple);
       }
       dims.push_back(std::stoll(item));

@@ -13,19 +13,27 @@ int64_t Shape::elementCount() const {
 }
 
 Result<int64_t> Shape::checkedElementCount() const {
-  int64_t count = 1;
+  // The product of the nonzero dimensions is bounded too, so the answer does not depend on where
+  // a zero stands ([0,2^31,2^31] and [2^31,2^31,0] are both refused) and strides, which multiply
+  // the trailing dimensions, stay in range on an empty tensor.
+  int64_t nonzero = 1;
+  bool empty = false;
   for (size_t axis = 0; axis < dims_.size(); ++axis) {
     if (dims_[axis] < 0) {
       return invalidInput("shape {} has a negative dimension at axis {}", toString(), axis);
     }
-    if (__builtin_mul_overflow(count, dims_[axis], &count) || count > kMaxTensorElements) {
+    if (dims_[axis] == 0) {
+      empty = true;
+      continue;
+    }
+    if (__builtin_mul_overflow(nonzero, dims_[axis], &nonzero) || nonzero > kMaxTensorElements) {
       return invalidInput(
           "shape {} has more than 2^40 elements (the product of its dimensions "
           "overflows kiln's limit)",
           toString());
     }
   }
-  return count;
+  return empty ? 0 : nonzero;
 }
 
 std::vector<int64_t> Shape::strides() const {

@@ -32,8 +32,8 @@ class Shape {
   // Number of elements. Only valid on shapes that passed `checkedElementCount`; every shape kiln
   // stores on a value or tensor has.
   int64_t elementCount() const;
-  // Number of elements, or an error if a dimension is negative or the product overflows or
-  // exceeds kMaxTensorElements.
+  // Number of elements, or an error if a dimension is negative or the product of the nonzero
+  // dimensions overflows or exceeds kMaxTensorElements (whether or not another dimension is 0).
   Result<int64_t> checkedElementCount() const;
 
   // Row-major strides in elements.
