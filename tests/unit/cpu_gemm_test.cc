@@ -12,6 +12,7 @@
 #include <random>
 
 #include "kiln/backends/cpu/kernels/sgemm.h"
+#include "kiln/backends/cpu/kernels/sgemm_kernels.h"
 #include "kiln/engine/builder.h"
 #include "kiln/ir/op_schema.h"
 #include "op_test_util.h"
@@ -158,6 +159,32 @@ TEST(NativeSgemm, MatchesNaiveOnEveryKernelShapeAndTransposition) {
         expectMatchesNaive(p, x, runGemm(options, p, x, threads),
                            kernelName(kernel) + " threads=" + std::to_string(threads));
         if (::testing::Test::HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+// The AVX-512 family packs slivers of contiguous depth (A's rows, a transposed B's columns)
+// through 16x16 register transposes: the same bytes as the scalar packing, [k][lanes] with
+// lanes past `valid` zero, for every count of valid lanes, depth remainder and stride.
+TEST(NativeSgemm, VectorPackingOfContiguousDepthIsTheScalarPacking) {
+  if (!cpu::gemmKernelSupported(GemmKernel::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
+  const cpu::sgemm_detail::PackFn pack = cpu::sgemm_detail::avx512Kernel().packContiguousDepth;
+  ASSERT_NE(pack, nullptr);
+  unsigned seed = 7;
+  for (int lanes : {14, 32}) {
+    for (int valid = 1; valid <= lanes; ++valid) {
+      for (int64_t k : {1, 2, 15, 16, 17, 31, 32, 33, 100}) {
+        const int64_t laneStride = k + static_cast<int64_t>(seed % 5);  // rows padded or not
+        const std::vector<float> src = randomValues(valid * laneStride, seed++);
+        std::vector<float> expected(static_cast<size_t>(k * lanes), 0.0f);
+        for (int l = 0; l < valid; ++l) {
+          for (int64_t d = 0; d < k; ++d) expected[d * lanes + l] = src[l * laneStride + d];
+        }
+        std::vector<float> packed(static_cast<size_t>(k * lanes), std::nanf(""));
+        pack(src.data(), laneStride, valid, lanes, k, packed.data());
+        ASSERT_EQ(std::memcmp(packed.data(), expected.data(), packed.size() * 4), 0)
+            << "lanes " << lanes << " valid " << valid << " k " << k;
       }
     }
   }

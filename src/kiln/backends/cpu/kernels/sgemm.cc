@@ -173,11 +173,15 @@ struct OperandView {
 
 // Packs `valid` lanes (of `lanes`, the rest zero) and `k` elements of depth from `src`, whose
 // element (0, 0) is the sliver's first, into dst ([depth][lanes], layout per `packing`).
-void packSliver(Packing packing, const OperandView& src, int valid, int lanes, int64_t k,
+void packSliver(const NativeConfig& config, const OperandView& src, int valid, int lanes, int64_t k,
                 void* dst) {
-  switch (packing) {
+  switch (config.packing) {
     case Packing::kFp32: {
       auto* out = static_cast<float*>(dst);
+      if (src.depthStride == 1 && src.laneStride != 1 && config.kernel->packContiguousDepth) {
+        config.kernel->packContiguousDepth(src.data, src.laneStride, valid, lanes, k, out);
+        return;
+      }
       if (src.laneStride == 1) {
         for (int64_t d = 0; d < k; ++d, out += lanes) {
           std::memcpy(out, src.data + d * src.depthStride, static_cast<size_t>(valid) * 4);
@@ -236,7 +240,7 @@ void packPanel(const NativeConfig& config, const OperandView& view, int lanes, i
     const OperandView sliver{view.data + first * view.laneStride + k0 * view.depthStride,
                              view.laneStride, view.depthStride};
     const int valid = static_cast<int>(std::min<int64_t>(lanes, total - first));
-    packSliver(config.packing, sliver, valid, lanes, k, out);
+    packSliver(config, sliver, valid, lanes, k, out);
   }
 }
 

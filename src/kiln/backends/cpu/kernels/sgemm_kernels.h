@@ -30,11 +30,18 @@ struct TileArgs {
 };
 using TileFn = void (*)(const TileArgs&);
 
+// Packs one kFp32 sliver from an operand whose depth is contiguous (A's rows, or B's columns when
+// B is transposed): lane l's k values start at src + l * laneStride. Writes [k][lanes] to dst,
+// lanes valid..lanes-1 zero. The same bytes as sgemm.cc's scalar packing, faster.
+using PackFn = void (*)(const float* src, int64_t laneStride, int valid, int lanes, int64_t k,
+                        float* dst);
+
 inline constexpr int kMaxMr = 16;
 
 struct MicroKernel {
   int mr = 0, nr = 0;
-  TileFn tiles[kMaxMr + 1] = {};  // tiles[r] runs a tile of r valid rows, 1 <= r <= mr
+  TileFn tiles[kMaxMr + 1] = {};         // tiles[r] runs a tile of r valid rows, 1 <= r <= mr
+  PackFn packContiguousDepth = nullptr;  // a faster kFp32 packer for such slivers, if any
 };
 
 MicroKernel portableKernel();    // float32, any x86-64 (and any other CPU)
