@@ -6,7 +6,9 @@
 # (cosine distance at most 1e-5 on every output) and prints a Markdown table with medians and
 # p10–p90, writing the same as JSON. With --tune, kiln's tuned engine too: `kiln tune --search
 # mixed` over the expression at each thread count (cosine distance <= 1e-5 against the reference
-# executor), its winner run beside the default route on the same inputs.
+# executor), its winner run beside the default route on the same inputs. A model whose classifier
+# head is all zero (vit_tiny) runs as a copy with seeded random head weights (tools/reinit_zero_head.cc),
+# so that its outputs depend on its input and the checks check something.
 #
 # The runtimes take turns: each model and thread count is timed in --rounds rounds, each round
 # running kiln, the tuned engine and ONNX Runtime one after the other for seconds/rounds each, and
@@ -54,11 +56,27 @@ ort_dir="$root/bench/cpu/ort"
 if [[ ! -d "$ort_dir/node_modules/onnxruntime-node" ]]; then
   (cd "$ort_dir" && npm ci --ignore-scripts --no-audit --no-fund >/dev/null)
 fi
-"$root/scripts/build.sh" kiln_cli >/dev/null
+"$root/scripts/build.sh" kiln_cli kiln_reinit_zero_head >/dev/null
 kiln="$root/build/kiln"
 mkdir -p "$(dirname "$out")"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
+
+# A model whose classifier head is all zero (the shared vit_tiny: torchvision zeroes it) answers
+# the same to every input, so neither the agreement check nor the tuner's accuracy threshold
+# would see a wrong result. Each model is run as a copy whose zero head weights are refilled with
+# seeded random values (the same graph and work; other models are copied unchanged).
+mkdir -p "$work/models"
+refilled="$work/refilled.txt"
+: > "$refilled"
+for model in "$models"/*.onnx; do
+  name="$(basename "$model" .onnx)"
+  note="$("$root/build/kiln_reinit_zero_head" "$model" "$work/models/$name.onnx")" ||
+    { echo "vs_ort.sh: cannot copy $model" >&2; exit 1; }
+  if [[ "$note" == refilled* ]]; then echo "$name: $note" | tr '\n' ' ' >> "$refilled"; echo >> "$refilled"; fi
+done
+source_models="$models"
+models="$work/models"
 
 summary() {  # "median p10 p90 round-medians" over kiln --exportTimes files or ort_run.mjs results
   python3 - "$@" <<'PY'
@@ -149,18 +167,21 @@ PY
   done
 done
 
-python3 - "$rows" "$out" "$models" "$seconds" "$route" "$tune" "$rounds" <<'PY'
+python3 - "$rows" "$out" "$source_models" "$seconds" "$route" "$tune" "$rounds" "$refilled" <<'PY'
 import json, platform, subprocess, sys
-rows_file, out, models, seconds, route, tune, rounds = sys.argv[1:]
+rows_file, out, models, seconds, route, tune, rounds, refilled_file = sys.argv[1:]
 rows = [json.loads(line) for line in open(rows_file)]
+refilled = [line.strip() for line in open(refilled_file) if line.strip()]
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 cores = subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip()
 command = f"bench/cpu/vs_ort.sh --models {models} --seconds {seconds} --rounds {rounds}" + (f" --route '{route}'" if route else "") + (f" --tune '{tune}'" if tune else "")
 json.dump({"machine": f"{cpu}, {cores} cores", "command": command, "route": route or "(default)",
            "peer": "onnxruntime-node 1.30.0, CPU execution provider, graph optimisation level all",
-           "rows": rows}, open(out, "w"), indent=1)
+           "zeroHeadsRefilled": refilled, "rows": rows}, open(out, "w"), indent=1)
 print(f"machine: {cpu}, {cores} cores")
 print(f"command: {command}")
+for line in refilled:
+    print(f"zero head refilled with seeded random weights (kiln_reinit_zero_head): {line}")
 print()
 tuned = any(r["kilnTuned"] for r in rows)
 fmt = lambda r: f"{r['medianMs']:.3f} ({r['p10Ms']:.3f}–{r['p90Ms']:.3f})" if r else "–"
