@@ -132,6 +132,45 @@ KILN_KNOB_EFFECT({
 });
 
 KILN_KNOB_EFFECT({
+    .knob = "graph.compose_row_moves",
+    .value = "off",
+    .shows = "Swin's shifted window partition (a Gather, Reshape, Transpose, Reshape) stays two "
+             "copies instead of one Gather of rows",
+    .graph =
+        [] {
+          GraphSketch g;
+          auto int64s = [&](const std::string& name, std::vector<int64_t> values) {
+            const auto count = static_cast<int64_t>(values.size());
+            return g.constant(name, ir::Tensor::fromVector<int64_t>(ir::Shape{count}, values));
+          };
+          // [1,4,4,8]: roll the rows by one, then 2x2 windows.
+          auto x = g.input("x", {1, 4, 4, 8});
+          auto rolled = g.node("Gather", {x, int64s("shift", {1, 2, 3, 0})},
+                               {{"axis", ir::Attribute{int64_t{1}}}}, "roll");
+          auto view = g.node("Reshape", {rolled, int64s("s6", {1, 2, 2, 2, 2, 8})}, {}, "view");
+          auto permuted =
+              g.node("Transpose", {view}, {{"perm", ints({0, 1, 3, 2, 4, 5})}}, "permute");
+          auto windows = g.node("Reshape", {permuted, int64s("s3", {4, 4, 8})}, {}, "windows");
+          g.output(g.node("Relu", {windows}, {}, "relu"));
+          return g.take();
+        },
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.layersOf("Gather").size(), 1u) << base.summary();
+          EXPECT_FALSE(base.hasOp("Transpose")) << base.summary();
+          EXPECT_EQ(changed.layer("roll").op, "Gather") << changed.summary();
+          EXPECT_EQ(changed.layer("permute").op, "Transpose") << changed.summary();
+          ASSERT_EQ(base.outputs.size(), 1u);
+          ASSERT_EQ(changed.outputs.size(), 1u);
+          // A copy is a copy: the same bits either way.
+          ASSERT_EQ(base.outputs[0].elementCount(), changed.outputs[0].elementCount());
+          for (int64_t i = 0; i < base.outputs[0].elementCount(); ++i) {
+            ASSERT_EQ(base.outputs[0].elementAsDouble(i), changed.outputs[0].elementAsDouble(i));
+          }
+        },
+});
+
+KILN_KNOB_EFFECT({
     .knob = "graph.recognize_layernorm",
     .value = "off",
     .shows = "the exporter's nine-node layer norm stays nine layers",

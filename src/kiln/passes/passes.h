@@ -26,6 +26,11 @@ Status reassociateConstants(ir::Graph& graph, PassContext& context);
 extern const knobs::Knob kConcatSlicesToGather;
 Status concatSlicesToGather(ir::Graph& graph, PassContext& context);
 
+// A chain of Gathers, Transposes and reshapes that keep the last axis whole (Swin's shift and
+// window partition) becomes one Gather of rows (compose_row_moves.cc).
+extern const knobs::Knob kComposeRowMoves;
+Status composeRowMoves(ir::Graph& graph, PassContext& context);
+
 extern const knobs::Knob kEliminateCommonSubexpressions;
 Status eliminateCommonSubexpressions(ir::Graph& graph, PassContext& context);
 // --- end clean-up ---

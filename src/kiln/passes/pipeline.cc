@@ -47,6 +47,10 @@ const PassInfo kPipeline[] = {
     // Right after fuse_attention, on the nodes it made: the Reshape / Transpose pairs around
     // them go; eliminate_dead_nodes removes what they leave unread.
     {"attention_heads", &kAttentionHeads, attentionHeads},
+    // After concat_slices_to_gather (a roll is a Gather then), simplify_transpose_reshape (the
+    // Transpose pairs that cancel are gone) and attention_heads (which takes the head
+    // Transposes around attention for itself); before the fusions and layout_nhwc.
+    {"compose_row_moves", &kComposeRowMoves, composeRowMoves},
     // --- end pattern recognition ---
     // --- fusion ---
     // Before the activation fusions: a BatchNormalization between Conv and Relu hides the pair.
