@@ -3,6 +3,8 @@
 // ScatterND, ScatterElements (with reductions too), DepthToSpace, SpaceToDepth, Trilu and Resize,
 // over odd shapes, every axis (negative too) and several dtypes (float32, int64, bool, float16
 // bits).
+#include <algorithm>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -397,6 +399,84 @@ TEST(CudaDataMove, GatherFromConstantsAndWithConstantIndices) {
   expectCudaMatchesReference(
       exact("Gather", {runtime(dataOf(DType::kFloat16, {4, 9}, 63)), constant(ints({8, -9, 0, 3}))},
             {{"axis", intAttr(1)}}, "kiln.gather"));
+}
+
+// A Gather moves the runs after its axis as 4-, 8- or 16-byte words where their bytes allow
+// (cuda.gather.vector): against the reference, and bit for bit against the element kernel
+// (-cuda.gather.vector=off), over runs of every width class; out-of-range runtime indices give
+// zero rows in both.
+TEST(CudaDataMove, GatherInWordsMatchesTheReferenceAndTheElementKernel) {
+  struct Case {
+    DType dtype;
+    Shape shape;
+    int64_t axis;
+    int word;  // what the step should move: the element size when it moves elements
+  };
+  const Case cases[] = {
+      {DType::kFloat16, {6, 5, 8}, 1, 16},   {DType::kFloat16, {6, 5, 4}, 1, 8},
+      {DType::kFloat16, {6, 5, 6}, 1, 4},    {DType::kFloat16, {6, 5, 3}, 1, 2},
+      {DType::kFloat32, {9, 40}, 0, 16},     {DType::kFloat32, {4, 7, 3}, 1, 4},
+      {DType::kFloat32, {4, 7, 2, 3}, 1, 8}, {DType::kInt64, {5, 4}, 0, 16},
+      {DType::kBool, {5, 6, 12}, 1, 4},      {DType::kFloat16, {4, 3, 96}, -2, 16},
+  };
+  unsigned seed = 900;
+  for (const Case& c : cases) {
+    const Tensor data = dataOf(c.dtype, c.shape, seed++);
+    const int64_t axis = c.axis < 0 ? c.axis + static_cast<int64_t>(c.shape.rank()) : c.axis;
+    const int64_t axisSize = c.shape[static_cast<size_t>(axis)];
+    SCOPED_TRACE(std::string(ir::dtypeName(c.dtype)) + " " + c.shape.toString() + " axis " +
+                 std::to_string(c.axis));
+    const Tensor indices = randomIndices({7}, axisSize, seed++);
+    expectCudaMatchesReference(exact("Gather", {runtime(data), runtime(indices)},
+                                     {{"axis", intAttr(c.axis)}}, "kiln.gather"));
+    // Index 1 is out of range at run time: the reference would refuse it, so the two kernels are
+    // compared with each other, and those rows must be zero.
+    Tensor wild = indices;
+    wild.mutableData<int64_t>()[1] = axisSize + 3;
+    std::vector<ir::Tensor> outputs[2];
+    for (int words = 0; words < 2; ++words) {
+      BuilderConfig config;
+      ASSERT_TRUE(config
+                      .setBuildRoute(std::string("-cuda.host_fallback=off -cuda.gather.vector=") +
+                                     (words ? "on" : "off"))
+                      .isOk());
+      auto build = buildCuda(
+          makeSingleOpGraph("Gather", {runtime(data), runtime(wild)}, {{"axis", intAttr(c.axis)}}),
+          config);
+      ASSERT_TRUE(build.isOk()) << build.status().toString();
+      ASSERT_EQ(build->plan.steps().size(), 1u);
+      const std::string detail = build->plan.steps()[0]->detail();
+      const int element = static_cast<int>(ir::dtypeSize(c.dtype));
+      const int expected = words ? c.word : element;
+      EXPECT_EQ(detail.find("-byte words") != std::string::npos, expected > element) << detail;
+      if (expected > element) {
+        EXPECT_EQ(detail.rfind(std::to_string(expected) + "-byte words", 0), 0u) << detail;
+      }
+      if (!cuda::deviceAvailable()) GTEST_SKIP() << "no GPU";
+      auto ran = build->plan.run({data, wild});
+      ASSERT_TRUE(ran.isOk()) << ran.status().toString();
+      outputs[words] = std::move(ran).value();
+    }
+    const ir::Tensor& elements = outputs[0][0];
+    const ir::Tensor& words = outputs[1][0];
+    ASSERT_EQ(elements.byteSize(), words.byteSize());
+    EXPECT_EQ(std::memcmp(elements.rawData(), words.rawData(), elements.byteSize()), 0);
+    // Output [outer, 7, inner]: the second index's runs are all-zero bytes.
+    const auto& dims = c.shape.dims();
+    int64_t outer = 1;
+    int64_t inner = 1;
+    for (int64_t a = 0; a < static_cast<int64_t>(dims.size()); ++a) {
+      if (a < axis) outer *= dims[static_cast<size_t>(a)];
+      if (a > axis) inner *= dims[static_cast<size_t>(a)];
+    }
+    const size_t runBytes = static_cast<size_t>(inner) * ir::dtypeSize(c.dtype);
+    const std::byte* bytes = words.rawData();
+    for (int64_t o = 0; o < outer; ++o) {
+      const std::byte* run = bytes + (static_cast<size_t>(o) * 7 + 1) * runBytes;
+      EXPECT_TRUE(std::all_of(run, run + runBytes, [](std::byte b) { return b == std::byte{0}; }))
+          << "outer " << o;
+    }
+  }
 }
 
 // One constant index (a scalar, or one element) is a strided view: a copy of a contiguous block

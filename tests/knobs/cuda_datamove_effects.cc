@@ -137,8 +137,10 @@ KILN_KNOB_EFFECT({
 
 // One case a value for a block knob of the kernels that take a thread an element: the step `layer`
 // of `graph` launches `threads`-thread blocks instead of 256.
+// `detail` is what the layer says before its blocks ("16-byte words, " for a Gather of rows).
 void registerBlockEffects(const char* knob, const char* layer, const char* tactic,
-                          const std::string& what, std::function<ir::Graph()> graph) {
+                          const std::string& what, std::function<ir::Graph()> graph,
+                          const std::string& detail = "") {
   for (const char* threads : {"128", "512", "1024"}) {
     const std::string blocks = std::string(threads) + "-thread blocks";
     registerKnobEffect({
@@ -148,16 +150,40 @@ void registerBlockEffects(const char* knob, const char* layer, const char* tacti
         .backend = "cuda",
         .graph = graph,
         .expect =
-            [layer = std::string(layer), tactic = std::string(tactic), blocks](
+            [layer = std::string(layer), tactic = std::string(tactic), blocks, detail](
                 const BuildSnapshot& base, const BuildSnapshot& changed) {
-              EXPECT_EQ(base.layer(layer).detail, "256-thread blocks");
-              EXPECT_EQ(changed.layer(layer).detail, blocks);
+              EXPECT_EQ(base.layer(layer).detail, detail + "256-thread blocks");
+              EXPECT_EQ(changed.layer(layer).detail, detail + blocks);
               EXPECT_EQ(base.layer(layer).tactic, tactic);
               EXPECT_EQ(changed.layer(layer).tactic, tactic);
             },
     });
   }
 }
+
+// An embedding lookup: rows of 24 float32 (96 bytes) from a table [50, 24].
+ir::Graph lookup() {
+  GraphSketch g;
+  g.output(g.node("Gather", {g.input("table", {50, 24}), g.constant("ids", axes({3, 49, 0, 7, 7}))},
+                  {}, "lookup"));
+  return g.take();
+}
+
+KILN_KNOB_EFFECT({
+    .knob = "cuda.gather.vector",
+    .value = "off",
+    .shows = "an embedding lookup of 96-byte rows moves a thread per float32 element instead of "
+             "a thread per 16-byte word",
+    .backend = "cuda",
+    .graph = lookup,
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.layer("lookup").detail, "16-byte words, 256-thread blocks");
+          EXPECT_EQ(changed.layer("lookup").detail, "256-thread blocks");
+          EXPECT_EQ(base.layer("lookup").tactic, "kiln.gather");
+          EXPECT_EQ(changed.layer("lookup").tactic, "kiln.gather");
+        },
+});
 
 [[maybe_unused]] const int kIndexBlockEffects = [] {
   registerBlockEffects(
@@ -168,14 +194,8 @@ void registerBlockEffects(const char* knob, const char* layer, const char* tacti
             {{"mode", ir::Attribute{std::string("reflect")}}}, "pad"));
         return g.take();
       });
-  registerBlockEffects(
-      "cuda.gather.block", "lookup", "kiln.gather", "an embedding lookup (Gather of rows)", [] {
-        GraphSketch g;
-        g.output(g.node("Gather",
-                        {g.input("table", {50, 24}), g.constant("ids", axes({3, 49, 0, 7, 7}))}, {},
-                        "lookup"));
-        return g.take();
-      });
+  registerBlockEffects("cuda.gather.block", "lookup", "kiln.gather",
+                       "an embedding lookup (Gather of rows)", lookup, "16-byte words, ");
   registerBlockEffects(
       "cuda.scatter.block", "scatter", "kiln.scatter_nd", "a ScatterND of two rows into x [6, 10]",
       [] {

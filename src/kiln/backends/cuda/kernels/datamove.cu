@@ -174,18 +174,21 @@ __global__ void axisTableKernel(AxisTableGather g, const U* __restrict__ src, U*
   }
 }
 
-template <typename U, typename Index>
+// I is the arithmetic's width: int32_t when every element and word count is below kNarrowLimit.
+template <typename U, typename Index, typename I>
 __global__ void gatherKernel(GatherGeometry g, const U* __restrict__ data,
-                             const Index* __restrict__ indices, U* __restrict__ out,
-                             int64_t total) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t t = i % g.inner;
-    const int64_t r = i / g.inner;
-    const int64_t j = r % g.indexCount;
-    const int64_t o = r / g.indexCount;
+                             const Index* __restrict__ indices, U* __restrict__ out, I total) {
+  const I inner = static_cast<I>(g.inner);
+  const I indexCount = static_cast<I>(g.indexCount);
+  const I axisSize = static_cast<I>(g.axisSize);
+  for (I i = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
+       i < total; i += static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x)) {
+    const I r = i / inner;
+    const I t = i - r * inner;
+    const I o = r / indexCount;
+    const I j = r - o * indexCount;
     const int64_t index = normalizedIndex(indices, j, g.axisSize);
-    out[i] = index >= 0 ? data[(o * g.axisSize + index) * g.inner + t] : U{0};
+    out[i] = index >= 0 ? data[(o * axisSize + static_cast<I>(index)) * inner + t] : U{};
   }
 }
 
@@ -538,22 +541,46 @@ cudaError_t launchAxisTableGather(const AxisTableGather& gather, const void* src
   });
 }
 
+int gatherWordBytes(const GatherGeometry& geometry, int elementSize, const void* data,
+                    const void* out) {
+  if (!geometry.words) return elementSize;
+  const auto rowBytes = static_cast<uint64_t>(geometry.inner) * static_cast<uint64_t>(elementSize);
+  const uint64_t alignment = reinterpret_cast<uintptr_t>(data) | reinterpret_cast<uintptr_t>(out);
+  for (int word : {16, 8, 4}) {
+    if (word <= elementSize) break;
+    if (rowBytes % word == 0 && alignment % word == 0) return word;
+  }
+  return elementSize;
+}
+
 cudaError_t launchGather(const GatherGeometry& geometry, const void* data, const void* indices,
                          bool indices64, void* out, int elementSize, cudaStream_t stream) {
   if (!validBlock(geometry.blockThreads)) return cudaErrorInvalidValue;
-  const int64_t total = geometry.outer * geometry.indexCount * geometry.inner;
-  if (total <= 0) return cudaSuccess;
-  return bySize(elementSize, [&](auto tag) {
+  if (geometry.outer * geometry.indexCount * geometry.inner <= 0) return cudaSuccess;
+  const int word = gatherWordBytes(geometry, elementSize, data, out);
+  GatherGeometry g = geometry;
+  g.inner = geometry.inner * elementSize / word;
+  const int64_t total = g.outer * g.indexCount * g.inner;
+  const bool narrow = total < kNarrowLimit && g.outer * g.axisSize * g.inner < kNarrowLimit;
+  auto launch = [&](auto tag) {
     using U = decltype(tag);
     return byIndexType(indices64, [&](auto indexTag) {
       using Index = decltype(indexTag);
-      gatherKernel<U, Index>
-          <<<blocksFor(total, geometry.blockThreads), geometry.blockThreads, 0, stream>>>(
-              geometry, static_cast<const U*>(data), static_cast<const Index*>(indices),
-              static_cast<U*>(out), total);
+      const unsigned blocks = blocksFor(total, g.blockThreads);
+      if (narrow) {
+        gatherKernel<U, Index, int32_t><<<blocks, g.blockThreads, 0, stream>>>(
+            g, static_cast<const U*>(data), static_cast<const Index*>(indices),
+            static_cast<U*>(out), static_cast<int32_t>(total));
+      } else {
+        gatherKernel<U, Index, int64_t><<<blocks, g.blockThreads, 0, stream>>>(
+            g, static_cast<const U*>(data), static_cast<const Index*>(indices),
+            static_cast<U*>(out), total);
+      }
       return cudaGetLastError();
     });
-  });
+  };
+  if (word == 16) return launch(uint4{});
+  return bySize(word, launch);
 }
 
 cudaError_t launchGatherElements(const ElementIndexing& indexing, const void* data,

@@ -97,9 +97,18 @@ struct GatherGeometry {
   int64_t indexCount = 0;
   int64_t inner = 0;
   int blockThreads = 256;  // threads a block (a multiple of 32 up to 1024)
+  // Move each run of `inner` elements as the widest words (4, 8 or 16 bytes) that divide its
+  // bytes and the two buffers' alignment, a thread a word; otherwise (or when false) a thread an
+  // element. The same bytes either way.
+  bool words = true;
 };
 cudaError_t launchGather(const GatherGeometry& geometry, const void* data, const void* indices,
                          bool indices64, void* out, int elementSize, cudaStream_t stream);
+// The word launchGather moves for this geometry: elementSize when it moves elements, else 4, 8 or
+// 16. Null pointers count as aligned (what the steps say at build time, where the arena aligns
+// every buffer to 256 bytes; a view's offset can lower it at run time).
+int gatherWordBytes(const GatherGeometry& geometry, int elementSize, const void* data = nullptr,
+                    const void* out = nullptr);
 
 // GatherElements and ScatterElements: `indices` has the rank of data; element e of indices (with
 // coordinates c) names the data element at c with c[axis] replaced by its value.

@@ -102,6 +102,18 @@ const knobs::Knob kGatherBlock = knobs::declareKnob({
     .perNode = true,
 });
 
+const knobs::Knob kGatherVector = knobs::declareKnob({
+    .name = "cuda.gather.vector",
+    .kind = knobs::KnobKind::kBool,
+    .defaultValue = "on",
+    .help = "Gather moves each run of elements after the gathered axis as the widest words (4, 8 "
+            "or 16 bytes) that divide its bytes, a thread a word (on), or a thread an element "
+            "(off); the same bytes either way (a row gather: an embedding lookup, Swin's "
+            "windows as composed by graph.compose_row_moves)",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
 const knobs::Knob kScatterBlock = knobs::declareKnob({
     .name = "cuda.scatter.block",
     .kind = knobs::KnobKind::kEnum,
@@ -1128,8 +1140,11 @@ class GatherStep final : public Step {
       : geometry_(geometry), indices64_(indices64), elementSize_(elementSize) {}
 
   void setBlockThreads(int threads) { geometry_.blockThreads = threads; }
+  void setWords(bool on) { geometry_.words = on; }
   std::string detail() const override {
-    return std::to_string(geometry_.blockThreads) + "-thread blocks";
+    const int word = gatherWordBytes(geometry_, elementSize_);
+    const std::string blocks = std::to_string(geometry_.blockThreads) + "-thread blocks";
+    return word > elementSize_ ? std::to_string(word) + "-byte words, " + blocks : blocks;
   }
 
   Status enqueue(const Context& context) const override {
@@ -1511,7 +1526,8 @@ std::unique_ptr<Step> makeMoveStep(const ir::Node& node, const knobs::Route& rou
 
 // The step, with its launch from the route: cuda.copy.block for the strided gather and the Concat
 // and Split kernels (or cuda.concat.impl / cuda.split.impl's copies), cuda.table.block,
-// cuda.gather.block, cuda.scatter.block and cuda.resize.block for the others.
+// cuda.gather.block (and cuda.gather.vector), cuda.scatter.block and cuda.resize.block for the
+// others.
 std::unique_ptr<Step> makeDataMoveStep(const ir::Node& node, const knobs::Route& route) {
   std::unique_ptr<Step> step = makeMoveStep(node, route);
   if (!step) return step;
@@ -1529,6 +1545,7 @@ std::unique_ptr<Step> makeDataMoveStep(const ir::Node& node, const knobs::Route&
     resize->setBlockThreads(threads(kResizeBlock));
   } else if (auto* gather = dynamic_cast<GatherStep*>(step.get())) {
     gather->setBlockThreads(threads(kGatherBlock));
+    gather->setWords(route.isOn(kGatherVector, &node));
   } else if (auto* elements = dynamic_cast<ElementIndexingStep*>(step.get())) {
     elements->setBlockThreads(threads(elements->scatter() ? kScatterBlock : kGatherBlock));
   } else if (auto* nd = dynamic_cast<NdIndexingStep*>(step.get())) {
