@@ -2,6 +2,7 @@
 #include "kiln/ir/npy.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -22,10 +23,13 @@ void expectFloats(const Tensor& t, const std::vector<float>& expected) {
   for (size_t i = 0; i < expected.size(); ++i) EXPECT_FLOAT_EQ(data[i], expected[i]) << i;
 }
 
+// One folder per test and process: ctest runs these tests as parallel processes, and each
+// removes its folder at the end (a folder shared by seed alone was removed under another test's
+// feet: Npz.RoundTripsCompressed failed its write once under ctest -j2).
 fs::path scratchDir() {
-  fs::path dir =
-      fs::temp_directory_path() /
-      ("kiln_npy_test_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()));
+  const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
+  fs::path dir = fs::temp_directory_path() /
+                 ("kiln_npy_test_" + std::string(test->name()) + "_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   return dir;
 }
