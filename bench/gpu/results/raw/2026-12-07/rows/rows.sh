@@ -33,7 +33,7 @@ for k in a.files:
   print(k, 'identical' if np.array_equal(a[k],b[k]) else 'differ', 'cos dist', 1-x.dot(y)/np.linalg.norm(x)/np.linalg.norm(y), 'max abs', np.abs(x-y).max())
 "
 python3 bench/gpu/routes.py --kiln /tmp/k/bin/kiln --models $M --workloads swin_t_b8,gpt2_b1_s512 \
-  --rounds 3 --duration 1 --base=-cuda.precision=fp16 --json "$OUT/routes_rows.json" -- default "-graph.compose_row_moves=off" "-cuda.gather.vector=off" "-graph.compose_row_moves=off -cuda.gather.vector=off" > "$OUT/routes_rows.txt" 2>&1
+  --rounds 3 --duration 1 --base=-cuda.precision=fp16 --json "$OUT/routes_rows.json" -- default "-graph.compose_row_moves=off" "-cuda.gather.vector=on" "-graph.compose_row_moves=off -cuda.gather.vector=on" > "$OUT/routes_rows.txt" 2>&1
 echo "routes rows: exit $? after $(($(date +%s) - start)) s"; tail -14 "$OUT/routes_rows.txt"
 python3 bench/gpu/routes.py --kiln /tmp/k/bin/kiln --models $M --workloads resnet50_b32,deeplabv3_resnet50_b1 \
   --rounds 3 --duration 1 --base=-cuda.precision=fp16 --json "$OUT/routes_pool.json" -- default "-cuda.pool.vector=off" > "$OUT/routes_pool.txt" 2>&1
