@@ -127,6 +127,16 @@ Value* Graph::addUniqueValue(const std::string& base) {
   return addValue(name);
 }
 
+Value* Graph::addConstant(const std::string& base, Tensor tensor) {
+  Value* value = addUniqueValue(base);
+  value->dtype = tensor.dtype();
+  value->shape = tensor.shape();
+  value->hasType = true;
+  value->constant = std::move(tensor);
+  value->isInitializer = true;
+  return value;
+}
+
 void Graph::renameValue(Value* value, const std::string& newName) {
   KILN_CHECK(!valuesByName_.count(newName) || valuesByName_[newName] == value);
   valuesByName_.erase(value->name);

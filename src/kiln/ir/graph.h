@@ -101,6 +101,9 @@ class Graph {
   Node* insertNode(std::string opType, const Node* position);
   // A new value with a name no other value has, derived from `base`.
   Value* addUniqueValue(const std::string& base);
+  // A new constant (an initializer) holding `tensor`, its type and shape from it, with a name
+  // derived from `base` as addUniqueValue's.
+  Value* addConstant(const std::string& base, Tensor tensor);
   // Renames a value; the name must not be taken.
   void renameValue(Value* value, const std::string& newName);
   // Points every reader of `from` (node inputs, graph outputs) at `to`.

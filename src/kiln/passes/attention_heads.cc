@@ -323,15 +323,8 @@ std::optional<HeadsMatch> matchHeads(const ir::Graph& graph, const ir::Node& att
 }
 
 ir::Value* newConstantShape(ir::Graph& graph, const std::string& base, const ir::Shape& shape) {
-  ir::Value* value = graph.addUniqueValue(base);
-  ir::Tensor tensor =
-      ir::Tensor::fromVector<int64_t>(ir::Shape{static_cast<int64_t>(shape.rank())}, shape.dims());
-  value->dtype = tensor.dtype();
-  value->shape = tensor.shape();
-  value->hasType = true;
-  value->constant = std::move(tensor);
-  value->isInitializer = true;
-  return value;
+  return graph.addConstant(base, ir::Tensor::fromVector<int64_t>(
+                                     ir::Shape{static_cast<int64_t>(shape.rank())}, shape.dims()));
 }
 
 // `value` reshaped to `shape`, by a Reshape placed before `position` (`value` itself when it

@@ -167,15 +167,10 @@ std::optional<Rows> applyRowMove(const ir::Node& node, const Rows& rows, int64_t
   return std::nullopt;
 }
 
-ir::Value* constantInt64(ir::Graph& graph, const std::string& base, std::vector<int64_t> values) {
-  ir::Value* value = graph.addUniqueValue(base);
+ir::Value* constantInt64(ir::Graph& graph, const std::string& base,
+                         const std::vector<int64_t>& values) {
   const auto count = static_cast<int64_t>(values.size());
-  value->constant = ir::Tensor::fromVector<int64_t>(ir::Shape{count}, std::move(values));
-  value->dtype = ir::DType::kInt64;
-  value->shape = value->constant->shape();
-  value->hasType = true;
-  value->isInitializer = true;
-  return value;
+  return graph.addConstant(base, ir::Tensor::fromVector<int64_t>(ir::Shape{count}, values));
 }
 
 // A node name no node of the graph has, derived from `base`.

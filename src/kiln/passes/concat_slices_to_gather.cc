@@ -223,13 +223,9 @@ Status concatSlicesToGather(ir::Graph& graph, PassContext& context) {
                    concat->name, concat->inputs.size(), dataName);
     } else {
       const int64_t count = static_cast<int64_t>(rewrite->indices.size());
-      ir::Value* indices = graph.addUniqueValue(concat->name + "_indices");
-      indices->constant =
-          ir::Tensor::fromVector<int64_t>(ir::Shape{count}, std::move(rewrite->indices));
-      indices->dtype = ir::DType::kInt64;
-      indices->shape = indices->constant->shape();
-      indices->hasType = true;
-      indices->isInitializer = true;
+      ir::Value* indices =
+          graph.addConstant(concat->name + "_indices",
+                            ir::Tensor::fromVector<int64_t>(ir::Shape{count}, rewrite->indices));
       context.note("rewrote Concat '{}' of {} slices of '{}' as Gather", concat->name,
                    concat->inputs.size(), dataName);
       // In place: the node keeps its name (per-node knobs naming it still apply), its output and

@@ -18,13 +18,7 @@ std::vector<double> tensorValues(const ir::Tensor& tensor) {
 
 ir::Value* addFoldedConstant(ir::Graph& graph, const std::string& base, ir::DType dtype,
                              const ir::Shape& shape, const std::vector<double>& values) {
-  ir::Value* value = graph.addUniqueValue(base);
-  value->dtype = dtype;
-  value->shape = shape;
-  value->hasType = true;
-  value->constant = ir::Tensor::fromVector<double>(shape, values).castTo(dtype);
-  value->isInitializer = true;
-  return value;
+  return graph.addConstant(base, ir::Tensor::fromVector<double>(shape, values).castTo(dtype));
 }
 
 std::optional<std::vector<int64_t>> weightOutputChannels(const ir::Node& producer,

@@ -113,12 +113,7 @@ Status reassociateConstants(ir::Graph& graph, PassContext& context) {
     }
     KILN_ASSIGN_OR_RETURN(ir::Tensor combined, combine(op, outer.opsetVersion, *first->constant,
                                                        *second->constant, *shape));
-    ir::Value* value = graph.addUniqueValue(inner->name + "_constant");
-    value->dtype = combined.dtype();
-    value->shape = combined.shape();
-    value->hasType = true;
-    value->constant = std::move(combined);
-    value->isInitializer = true;
+    ir::Value* value = graph.addConstant(inner->name + "_constant", std::move(combined));
     context.note("reassociated {} '{}' into {} '{}' by a combined constant", outer.opType,
                  outer.name, inner->opType, inner->name);
     // The first step, with the combined constant, now writes the second's output (keeping its

@@ -258,13 +258,7 @@ ir::Value* normalizedConstant(ir::Graph& graph, ir::Value* value, const ir::Valu
                             : ir::Tensor::fromVector<double>(
                                   normalized, std::vector<double>(normalized.elementCount(), 1.0))
                                   .castTo(x->dtype);
-  ir::Value* result = graph.addUniqueValue(value ? value->name + "_" + base : base);
-  result->dtype = tensor.dtype();
-  result->shape = tensor.shape();
-  result->hasType = true;
-  result->constant = std::move(tensor);
-  result->isInitializer = true;
-  return result;
+  return graph.addConstant(value ? value->name + "_" + base : base, std::move(tensor));
 }
 
 }  // namespace
