@@ -234,37 +234,37 @@ Status composeRowMoves(ir::Graph& graph, PassContext& context) {
     std::iota(identity.begin(), identity.end(), int64_t{0});
     const bool unmoved = rows.values == identity;
     const int opset = graph.opsetImports.count("") ? graph.opsetImports.at("") : 18;
+    // A new node before `last` reading `input` and an int64 constant (a Reshape's shape, a
+    // Gather's indices), writing one value of the source's type and `shape`.
+    auto addMove = [&](const char* op, const std::string& suffix, ir::Value* input,
+                       const std::vector<int64_t>& constant, const std::string& constantSuffix,
+                       const ir::Shape& shape) {
+      ir::Node* node = graph.insertNode(op, last);
+      node->name = uniqueNodeName(names, last->name + suffix);
+      names.insert(node->name);
+      node->opsetVersion = opset;
+      ir::Value* out = graph.addUniqueValue(node->name + "_output");
+      out->dtype = source->dtype;
+      out->shape = shape;
+      out->hasType = true;
+      out->producer = node;
+      node->inputs = {input, constantInt64(graph, node->name + constantSuffix, constant)};
+      node->outputs = {out};
+      return node;
+    };
     ir::Value* gathered = source;
     if (!unmoved) {
       // Reshape to [rows, columns] (unless it is already), then the one Gather of rows.
       ir::Value* flat = source;
       const ir::Shape flatShape({rowsIn, columns});
       if (source->shape != flatShape) {
-        ir::Node* reshape = graph.insertNode("Reshape", last);
-        reshape->name = uniqueNodeName(names, last->name + "_rows_in");
-        names.insert(reshape->name);
-        reshape->opsetVersion = opset;
-        flat = graph.addUniqueValue(reshape->name + "_output");
-        flat->dtype = source->dtype;
-        flat->shape = flatShape;
-        flat->hasType = true;
-        flat->producer = reshape;
-        reshape->inputs = {source,
-                           constantInt64(graph, reshape->name + "_shape", flatShape.dims())};
-        reshape->outputs = {flat};
+        flat = addMove("Reshape", "_rows_in", source, flatShape.dims(), "_shape", flatShape)
+                   ->outputs[0];
       }
-      ir::Node* gather = graph.insertNode("Gather", last);
-      gather->name = uniqueNodeName(names, last->name + "_rows");
-      names.insert(gather->name);
-      gather->opsetVersion = opset;
-      gathered = graph.addUniqueValue(gather->name + "_output");
-      gathered->dtype = source->dtype;
-      gathered->shape = ir::Shape({rowsOut, columns});
-      gathered->hasType = true;
-      gathered->producer = gather;
-      gather->inputs = {flat, constantInt64(graph, gather->name + "_indices", rows.values)};
-      gather->outputs = {gathered};
+      ir::Node* gather =
+          addMove("Gather", "_rows", flat, rows.values, "_indices", ir::Shape({rowsOut, columns}));
       gather->attributes = {{"axis", ir::Attribute{int64_t{0}}}};
+      gathered = gather->outputs[0];
     }
     // The last node of the chain becomes the Reshape to the chain's output shape, in place: it
     // keeps its output (and so its readers) and its name.
