@@ -40,4 +40,19 @@ python3 bench/gpu/routes.py --kiln /tmp/k/bin/kiln --models $M --workloads resne
 echo "routes pool: exit $? after $(($(date +%s) - start)) s"; tail -8 "$OUT/routes_pool.txt"
 bench/gpu/profile.sh /tmp/k/bin/kiln $M "$OUT" swin_t_b8 > /dev/null 2>&1
 grep -E "Gather|Transpose" "$OUT/prof_swin_t_b8.txt" | head -30
+# GPT-2's attention mask as the flash kernel gets it: is it a constant (of what type), for skipping
+# the key tiles a causal mask hides.
+/tmp/k/bin/kiln run $M/gpt2_b1_s512/model.onnx --backend cuda --route -cuda.precision=fp16 --loadInputs $M/gpt2_b1_s512/inputs.npz \
+  --duration 0.2 --dump-ir-after eliminate_dead_nodes > "$OUT/gpt2_ir.txt" 2>&1
+grep -m2 "Attention" "$OUT/gpt2_ir.txt"
+python3 - "$M/gpt2_b1_s512/model.onnx" <<'PY' 2>&1 | tail -12
+import sys, onnx, numpy as np
+from onnx import numpy_helper
+m = onnx.load(sys.argv[1], load_external_data=False)
+ops = {}
+for n in m.graph.node: ops[n.op_type] = ops.get(n.op_type, 0) + 1
+print("ops", sorted(ops.items(), key=lambda x: -x[1])[:25])
+for n in m.graph.node:
+    if n.op_type in ("Trilu", "Where", "ScaledDotProductAttention", "Attention") : print(n.op_type, list(n.input)[:4]); break
+PY
 echo "done after $(($(date +%s) - start)) s"
