@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -351,12 +352,13 @@ TEST(CudaAttention, FlashMaskBroadcasts) {
 }
 
 // A causal mask [1, 1, sq, skv]: key j is -inf for query i when j > i + (skv - sq), so the first
-// rows see only the first keys and every later key tile is all -inf for them.
+// rows see only the first keys and every later key tile is all -inf for them (with fewer keys
+// than queries, the first sq - skv rows see none).
 ir::Tensor causalMask(int64_t sq, int64_t skv) {
   ir::Tensor mask = uniformTensor({1, 1, sq, skv}, 1000, -1.0f, 0.0f);
   auto values = mask.mutableData<float>();
   for (int64_t i = 0; i < sq; ++i) {
-    for (int64_t j = i + (skv - sq) + 1; j < skv; ++j) {
+    for (int64_t j = std::max<int64_t>(0, i + (skv - sq) + 1); j < skv; ++j) {
       values[static_cast<size_t>(i * skv + j)] = -std::numeric_limits<float>::infinity();
     }
   }
@@ -425,6 +427,110 @@ TEST(CudaAttention, FlashConstantMask) {
   inputs.push_back({uniformTensor({2, 1, 1, 90}, 1404, -4.0f, 0.0f), true});
   for (const ReducedType& type : reducedTypes()) {
     expectReduced(flashAttention(inputs, flashAttributes(32, true)), type);
+  }
+}
+
+// The output of `c` (its inputs cast to `type`) run under `route`; the step's detail in `detail`.
+// Empty without a GPU.
+ir::Tensor runFlash(CudaOpCase c, const ReducedType& type, const std::string& route,
+                    std::string* detail) {
+  for (OpInput& input : c.inputs) {
+    if (!input.tensor.empty()) input.tensor = input.tensor.castTo(type.dtype);
+  }
+  BuilderConfig config;
+  EXPECT_TRUE(config.setBuildRoute("-cuda.host_fallback=off " + route).isOk());
+  auto build = buildCuda(
+      makeSingleOpGraph(c.opType, c.inputs, c.attributes, c.opset, c.outputCount, c.domain),
+      config);
+  if (!build.isOk()) {
+    ADD_FAILURE() << build.status().toString();
+    return {};
+  }
+  for (const auto& step : build->plan.steps()) {
+    if (step->node->opType == "Attention") *detail = step->detail();
+  }
+  if (!cuda::deviceAvailable()) return {};
+  std::vector<ir::Tensor> runtime;
+  for (const OpInput& input : c.inputs) {
+    if (!input.constant && !input.tensor.empty()) runtime.push_back(input.tensor);
+  }
+  EXPECT_TRUE(build->plan.fillArena(0xFF).isOk());
+  auto ran = build->plan.run(runtime);
+  if (!ran.isOk()) {
+    ADD_FAILURE() << ran.status().toString();
+    return {};
+  }
+  return std::move((*ran)[0]);
+}
+
+// cuda.attention.flash.skip_masked (on by default): with a constant mask, each CTA walks only the
+// key tiles its rows can see. Causal masks with as many keys as queries, more keys (the later
+// rows see every tile) and fewer, under every CTA size; a mask whose first rows and a whole query
+// block are all -inf (NaN rows, or zeros with nan_to_zero: an empty range of tiles). Each against
+// the reference, and bit for bit against every tile walked (-cuda.attention.flash.skip_masked=off),
+// with the tiles walked as the detail says.
+TEST(CudaAttention, FlashSkipsTheKeyTilesAConstantMaskHides) {
+  struct Case {
+    std::string name;
+    int64_t sq, skv;
+    const char* warps;
+    int nanToZero;
+    const char* walked;  // "W of T key tiles walked" in the detail
+  };
+  const std::vector<Case> cases = {
+      // 8 blocks of 64 rows: block r walks r + 1 tiles.
+      {"causal_512", 512, 512, "4", 0, "36 of 64"},
+      // 16 blocks of 32 rows: block r walks r / 2 + 1 tiles.
+      {"causal_512_2warps", 512, 512, "2", 0, "72 of 128"},
+      // 2 blocks of 128 rows over 4 tiles: block 0 sees keys up to 127 + 23 (3 tiles), block 1
+      // all of them.
+      {"causal_more_keys", 200, 223, "8", 0, "7 of 8"},
+      // Row i sees keys up to i - 53 (rows 0-52 none): 1, 2 and 2 tiles for the 3 blocks.
+      {"causal_fewer_keys", 130, 77, "4", 0, "5 of 6"},
+      // Row i sees keys up to i - 50, rows 0-2 and 64-127 none: 1, 0, 3 and 3 tiles.
+      {"masked_blocks", 200, 150, "4", 0, "7 of 12"},
+      {"masked_blocks_nan_to_zero", 200, 150, "4", 1, "7 of 12"},
+  };
+  unsigned seed = 1600;
+  for (const Case& c : cases) {
+    ir::Tensor mask = causalMask(c.sq, c.skv);
+    if (c.name.rfind("masked_blocks", 0) == 0) {
+      // Causal, and then rows 0-2 and the whole second block (rows 64-127) all -inf, and row 150
+      // -inf over its first tile only.
+      auto values = mask.mutableData<float>();
+      const float inf = std::numeric_limits<float>::infinity();
+      for (int64_t i = 0; i < c.sq; ++i) {
+        for (int64_t j = 0; j < c.skv; ++j) {
+          if (i < 3 || (i >= 64 && i < 128) || (i == 150 && j < 64)) {
+            values[static_cast<size_t>(i * c.skv + j)] = -inf;
+          }
+        }
+      }
+    }
+    for (const ReducedType& type : reducedTypes()) {
+      for (const bool transposeK : {false, true}) {
+        SCOPED_TRACE(c.name + " " + type.name + " transpose_k=" + std::to_string(transposeK));
+        std::vector<OpInput> inputs = flashInputs({1, 2}, c.sq, c.skv, 64, transposeK, seed += 4);
+        inputs.push_back({mask, true});
+        const std::string route =
+            kFlashRoute + " -cuda.attention.flash.warps=" + std::string(c.warps);
+        CudaOpCase skipping =
+            flashAttention(std::move(inputs), flashAttributes(64, transposeK, c.nanToZero));
+        skipping.route = route;
+        expectReduced(skipping, type);
+        std::string skipped, walkedAll;
+        const ir::Tensor got = runFlash(skipping, type, route, &skipped);
+        const ir::Tensor all =
+            runFlash(skipping, type, route + " -cuda.attention.flash.skip_masked=off", &walkedAll);
+        EXPECT_NE(skipped.find(std::string(c.walked) + " key tiles walked (the rest masked)"),
+                  std::string::npos)
+            << skipped;
+        EXPECT_EQ(walkedAll.find("key tiles walked"), std::string::npos) << walkedAll;
+        if (!cuda::deviceAvailable()) continue;
+        ASSERT_EQ(got.byteSize(), all.byteSize());
+        EXPECT_EQ(std::memcmp(got.rawData(), all.rawData(), got.byteSize()), 0);
+      }
+    }
   }
 }
 

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <limits>
 #include <string>
 #include <variant>
 #include <vector>
@@ -427,19 +429,22 @@ TEST(CudaNhwcConv, RuntimeWeights) {
   }
 }
 
-// kiln's depthwise NHWC kernel (cuda.conv.depthwise=kiln, the default): channel counts that give
-// each vector width (16 bytes down to one element), strides, dilations, asymmetric pads, 1x1 and
-// 5x5 kernels, with and without bias, residual and activation, in each type.
+// kiln's depthwise NHWC kernels (cuda.conv.depthwise=kiln, the default): channel counts that give
+// each vector width (16 bytes down to one element), strides, dilations, asymmetric pads, 1x1, 3x3,
+// 5x5 and 7x7 kernels, rows narrower and wider than a thread's pixels, with and without bias,
+// residual and activation, in each type. `window`: the window kernel takes it (3, 5 or 7 wide,
+// stride 1 or 2 and dilation 1 along the row); the others run the direct kernel.
 struct DepthwiseShape {
   std::string name;
   int64_t n, h, w, c, kh, kw;
   CudaAttributes attributes;
   int64_t oh, ow;
+  bool window;
 };
 
 std::vector<DepthwiseShape> depthwiseShapes() {
   return {
-      {"c32_3x3", 2, 12, 10, 32, 3, 3, {{"pads", intsAttr({1, 1, 1, 1})}}, 12, 10},
+      {"c32_3x3", 2, 12, 10, 32, 3, 3, {{"pads", intsAttr({1, 1, 1, 1})}}, 12, 10, true},
       {"c96_3x3_stride2",
        1,
        11,
@@ -449,7 +454,8 @@ std::vector<DepthwiseShape> depthwiseShapes() {
        3,
        {{"pads", intsAttr({1, 1, 1, 1})}, {"strides", intsAttr({2, 2})}},
        6,
-       5},
+       5,
+       true},
       {"c24_5x5_stride2",
        2,
        13,
@@ -459,7 +465,8 @@ std::vector<DepthwiseShape> depthwiseShapes() {
        5,
        {{"pads", intsAttr({2, 2, 2, 2})}, {"strides", intsAttr({2, 2})}},
        7,
-       7},
+       7,
+       true},
       {"c6_dilated",
        1,
        9,
@@ -469,10 +476,39 @@ std::vector<DepthwiseShape> depthwiseShapes() {
        3,
        {{"pads", intsAttr({2, 2, 2, 2})}, {"dilations", intsAttr({2, 2})}},
        9,
-       8},
-      {"c7_asymmetric", 2, 6, 7, 7, 3, 2, {{"pads", intsAttr({0, 1, 2, 0})}}, 6, 7},
-      {"c12_1x1_stride_2x1", 1, 5, 6, 12, 1, 1, {{"strides", intsAttr({2, 1})}}, 3, 6},
-      {"c4_no_pad", 1, 4, 4, 4, 3, 3, {}, 2, 2},
+       8,
+       false},
+      {"c7_asymmetric", 2, 6, 7, 7, 3, 2, {{"pads", intsAttr({0, 1, 2, 0})}}, 6, 7, false},
+      {"c12_1x1_stride_2x1", 1, 5, 6, 12, 1, 1, {{"strides", intsAttr({2, 1})}}, 3, 6, false},
+      {"c4_no_pad", 1, 4, 4, 4, 3, 3, {}, 2, 2, true},
+      {"c16_7x7", 2, 9, 13, 16, 7, 7, {{"pads", intsAttr({3, 3, 3, 3})}}, 9, 13, true},
+      {"c8_7x7_stride2",
+       1,
+       15,
+       17,
+       8,
+       7,
+       7,
+       {{"pads", intsAttr({3, 3, 3, 3})}, {"strides", intsAttr({2, 2})}},
+       8,
+       9,
+       true},
+      // Pads [top, left, bottom, right]: rows cut short on one side, and 10 channels (runs of 2).
+      {"c10_5x5_asymmetric", 1, 8, 9, 10, 5, 5, {{"pads", intsAttr({2, 1, 0, 3})}}, 6, 9, true},
+      // The window kernel's 3-tall-by-3 rows under a column stride and dilation it takes as is.
+      {"c5_3x3_tall_stride",
+       2,
+       10,
+       6,
+       5,
+       3,
+       3,
+       {{"pads", intsAttr({2, 1, 2, 1})},
+        {"strides", intsAttr({3, 1})},
+        {"dilations", intsAttr({2, 1})}},
+       4,
+       6,
+       true},
   };
 }
 
@@ -491,7 +527,7 @@ TEST(CudaNhwcConv, DepthwiseKernel) {
                   constantWeights({s.kh, s.kw, 1, s.c}, seed++)};
       c.inputs.push_back(variant == 2 ? OpInput{} : constantWeights({s.c}, seed++));
       if (variant > 0) c.inputs.push_back(activations({s.n, s.oh, s.ow, s.c}, seed++));
-      c.expectTactic = "kiln.conv.depthwise";
+      c.expectTactic = s.window ? "kiln.conv.depthwise.window" : "kiln.conv.depthwise";
       expectConv(c);
       for (const ReducedType& t : kReducedTypes) {
         SCOPED_TRACE(t.name);
@@ -502,16 +538,19 @@ TEST(CudaNhwcConv, DepthwiseKernel) {
   }
 }
 
-// The depthwise kernel's tilings (cuda.conv.depthwise.pixels, .block): rows whose width is not a
-// multiple of the pixels a thread takes, strides, dilations and every epilogue.
+// The direct depthwise kernel's tilings (cuda.conv.depthwise.pixels, .block, with
+// cuda.conv.depthwise.window=loads): rows whose width is not a multiple of the pixels a thread
+// takes, strides, dilations and every epilogue.
 TEST(CudaNhwcConv, DepthwiseKernelTilings) {
   unsigned seed = 2350;
+  const std::string loads = "-cuda.conv.depthwise.window=loads ";
   const std::vector<std::pair<std::string, std::string>> tilings = {
-      {"-cuda.conv.depthwise.pixels=2", "kiln.conv.depthwise.px2"},
-      {"-cuda.conv.depthwise.pixels=4", "kiln.conv.depthwise.px4"},
-      {"-cuda.conv.depthwise.pixels=4 -cuda.conv.depthwise.block=128",
+      {loads, "kiln.conv.depthwise"},
+      {loads + "-cuda.conv.depthwise.pixels=2", "kiln.conv.depthwise.px2"},
+      {loads + "-cuda.conv.depthwise.pixels=4", "kiln.conv.depthwise.px4"},
+      {loads + "-cuda.conv.depthwise.pixels=4 -cuda.conv.depthwise.block=128",
        "kiln.conv.depthwise.px4.block128"},
-      {"-cuda.conv.depthwise.block=512", "kiln.conv.depthwise.block512"}};
+      {loads + "-cuda.conv.depthwise.block=512", "kiln.conv.depthwise.block512"}};
   for (const auto& [route, tactic] : tilings) {
     for (const DepthwiseShape& s : depthwiseShapes()) {
       SCOPED_TRACE(route + " " + s.name);
@@ -531,6 +570,78 @@ TEST(CudaNhwcConv, DepthwiseKernelTilings) {
   }
 }
 
+// The window kernel against the reference and bit for bit against the direct kernel (the same sums
+// in the same order): every shape it takes, each pixel count a thread (auto, 8, 4, 2) and channel
+// run (16, 8 and 4 bytes), fp32 and fp16, an epilogue with bias, residual and activation, and a
+// weight that is infinite: the taps in the padding must be skipped, not multiplied by zero (0 *
+// inf would be NaN where the direct kernel and the reference have a number or inf).
+TEST(CudaNhwcConv, DepthwiseWindowKernelMatchesTheDirectKernelBitForBit) {
+  unsigned seed = 2380;
+  const std::vector<std::pair<std::string, std::string>> windows = {
+      {"", "kiln.conv.depthwise.window"},
+      {"-cuda.conv.depthwise.window.pixels=8", "kiln.conv.depthwise.window.px8"},
+      {"-cuda.conv.depthwise.window.pixels=4 -cuda.conv.depthwise.vector=8",
+       "kiln.conv.depthwise.window.px4"},
+      {"-cuda.conv.depthwise.window.pixels=2 -cuda.conv.depthwise.vector=4 "
+       "-cuda.conv.depthwise.block=128",
+       "kiln.conv.depthwise.window.px2.block128"}};
+  for (const DepthwiseShape& s : depthwiseShapes()) {
+    if (!s.window) continue;
+    for (const ReducedType* type : {static_cast<const ReducedType*>(nullptr), &kReducedTypes[0]}) {
+      CudaOpCase c{.opType = "NhwcConv", .attributes = s.attributes, .domain = ir::kKilnDomain};
+      c.attributes["group"] = intAttr(s.c);
+      c.attributes["kernel_shape"] = intsAttr({s.kh, s.kw});
+      c.attributes["activation"] = stringAttr("HardSwish");
+      ir::Tensor weights = uniformTensor({s.kh, s.kw, 1, s.c}, seed++, -0.5f, 0.5f);
+      // The corner tap of channel 0: padding for the first outputs of every row.
+      weights.mutableData<float>()[0] = std::numeric_limits<float>::infinity();
+      c.inputs = {activations({s.n, s.h, s.w, s.c}, seed++), OpInput{weights, true},
+                  constantWeights({s.c}, seed++), activations({s.n, s.oh, s.ow, s.c}, seed++)};
+      if (type) c = inType(c, *type);
+      std::vector<ir::Tensor> runtime;
+      for (const OpInput& input : c.inputs) {
+        if (!input.constant && !input.tensor.empty()) runtime.push_back(input.tensor);
+      }
+      auto runWith = [&](const std::string& route, const std::string& tactic) -> ir::Tensor {
+        SCOPED_TRACE(s.name + (type ? " fp16 [" : " fp32 [") + route + "]");
+        BuilderConfig config;
+        EXPECT_TRUE(
+            config.setBuildRoute("-cuda.host_fallback=off -cuda.layout=nchw " + route).isOk());
+        auto build = buildCuda(
+            makeSingleOpGraph(c.opType, c.inputs, c.attributes, c.opset, c.outputCount, c.domain),
+            config);
+        if (!build.isOk()) {
+          ADD_FAILURE() << build.status().toString();
+          return {};
+        }
+        EXPECT_EQ(cudaTacticOf(*build, c.opType), tactic);
+        if (!cuda::deviceAvailable()) return {};
+        EXPECT_TRUE(build->plan.fillArena(0xFF).isOk());
+        auto ran = build->plan.run(runtime);
+        if (!ran.isOk()) {
+          ADD_FAILURE() << ran.status().toString();
+          return {};
+        }
+        return std::move((*ran)[0]);
+      };
+      const ir::Tensor direct = runWith("-cuda.conv.depthwise.window=loads", "kiln.conv.depthwise");
+      for (const auto& [route, tactic] : windows) {
+        CudaOpCase window = c;
+        window.route = route;
+        window.expectTactic = tactic;
+        // The infinite weight makes the reference's outputs inf or NaN where it counts; the rest
+        // within the type's tolerance.
+        expectConv(window, type ? type->tolerance : 0);
+        const ir::Tensor got = runWith(route, tactic);
+        if (!cuda::deviceAvailable()) continue;
+        SCOPED_TRACE(s.name + (type ? " fp16 [" : " fp32 [") + route + "]");
+        ASSERT_EQ(got.byteSize(), direct.byteSize());
+        EXPECT_EQ(std::memcmp(got.rawData(), direct.rawData(), got.byteSize()), 0);
+      }
+    }
+  }
+}
+
 // The source knob's choice for depthwise convolutions, and what stays with the general sources:
 // a grouped convolution that is not depthwise, and a channel multiplier above one.
 TEST(CudaNhwcConv, DepthwiseKnobAndWhatIsNotDepthwise) {
@@ -539,7 +650,7 @@ TEST(CudaNhwcConv, DepthwiseKnobAndWhatIsNotDepthwise) {
                .domain = ir::kKilnDomain};
   c.inputs = {activations({1, 6, 6, 8}, 2400), constantWeights({3, 3, 1, 8}, 2401),
               constantWeights({8}, 2402)};
-  c.expectTactic = "kiln.conv.depthwise";
+  c.expectTactic = "kiln.conv.depthwise.window";
   expectConv(c);
   c.route = "-cuda.conv.depthwise=source";
   c.expectTactic = "cudnn";

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,45 @@ KILN_KNOB_EFFECT({
   }
   return 0;
 }();
+
+// GPT-2's causal attention at 130 queries and keys: a constant [1, 1, 130, 130] mask, -inf above
+// the diagonal.
+ir::Graph causalAttention() {
+  constexpr int64_t kLength = 130;
+  std::vector<float> mask(static_cast<size_t>(kLength * kLength), 0.0f);
+  for (int64_t i = 0; i < kLength; ++i) {
+    for (int64_t j = i + 1; j < kLength; ++j) {
+      mask[static_cast<size_t>(i * kLength + j)] = -std::numeric_limits<float>::infinity();
+    }
+  }
+  GraphSketch g;
+  g.output(g.node(
+      "Attention",
+      {g.input("q", {1, 2, kLength, 64}), g.input("k", {1, 2, kLength, 64}),
+       g.input("v", {1, 2, kLength, 64}),
+       g.constant("mask", ir::Tensor::fromVector<float>(ir::Shape{1, 1, kLength, kLength}, mask))},
+      {{"scale", ir::Attribute{0.125f}}, {"transpose_k", ir::Attribute{int64_t{1}}}}, "attn",
+      ir::kKilnDomain));
+  return g.take();
+}
+
+KILN_KNOB_EFFECT({
+    .knob = "cuda.attention.flash.skip_masked",
+    .value = "off",
+    .shows = "under a constant causal mask the flash kernel walks all 9 key tiles of its 3 query "
+             "blocks instead of the 6 the mask leaves a key in",
+    .backend = "cuda",
+    .graph = causalAttention,
+    .baseRoute = "-cuda.precision=fp16 -cuda.host_fallback=off",
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.layer("attn").tactic, "kiln.attention.flash");
+          EXPECT_EQ(base.layer("attn").detail,
+                    "4 warps, 64 query rows a CTA, 6 of 9 key tiles walked (the rest masked)");
+          EXPECT_EQ(changed.layer("attn").tactic, "kiln.attention.flash");
+          EXPECT_EQ(changed.layer("attn").detail, "4 warps, 64 query rows a CTA");
+        },
+});
 
 [[maybe_unused]] const int kFlashMinKeyEffects = [] {
   for (const char* keys : {"128", "512"}) {

@@ -54,34 +54,64 @@ KILN_KNOB_EFFECT({
     .graph = depthwiseConv,
     .expect =
         [](const BuildSnapshot& base, const BuildSnapshot& changed) {
-          EXPECT_EQ(base.layer("dw").tactic, "kiln.conv.depthwise");
+          EXPECT_EQ(base.layer("dw").tactic, "kiln.conv.depthwise.window");
           EXPECT_EQ(changed.layer("dw").tactic, "cudnn");
+        },
+});
+
+KILN_KNOB_EFFECT({
+    .knob = "cuda.conv.depthwise.window",
+    .value = "loads",
+    .shows = "the 3x3 depthwise convolution runs kiln's direct depthwise kernel (every tap loaded "
+             "for every output) instead of the window kernel",
+    .backend = "cuda",
+    .graph = depthwiseConv,
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.layer("dw").tactic, "kiln.conv.depthwise.window");
+          EXPECT_EQ(changed.layer("dw").tactic, "kiln.conv.depthwise");
         },
 });
 
 struct DepthwiseLaunchEffect {
   const char* knob;
   const char* value;
+  const char* baseRoute;
+  const char* baseTactic;
   const char* tactic;
 };
 
 [[maybe_unused]] const int kDepthwiseLaunchEffects = [] {
+  const char* loads = "-cuda.conv.depthwise.window=loads";
   for (const DepthwiseLaunchEffect effect : std::vector<DepthwiseLaunchEffect>{
-           {"cuda.conv.depthwise.pixels", "2", "kiln.conv.depthwise.px2"},
-           {"cuda.conv.depthwise.pixels", "4", "kiln.conv.depthwise.px4"},
-           {"cuda.conv.depthwise.block", "128", "kiln.conv.depthwise.block128"},
-           {"cuda.conv.depthwise.block", "512", "kiln.conv.depthwise.block512"}}) {
+           {"cuda.conv.depthwise.pixels", "2", loads, "kiln.conv.depthwise",
+            "kiln.conv.depthwise.px2"},
+           {"cuda.conv.depthwise.pixels", "4", loads, "kiln.conv.depthwise",
+            "kiln.conv.depthwise.px4"},
+           {"cuda.conv.depthwise.block", "128", "", "kiln.conv.depthwise.window",
+            "kiln.conv.depthwise.window.block128"},
+           {"cuda.conv.depthwise.block", "512", "", "kiln.conv.depthwise.window",
+            "kiln.conv.depthwise.window.block512"},
+           {"cuda.conv.depthwise.window.pixels", "8", "", "kiln.conv.depthwise.window",
+            "kiln.conv.depthwise.window.px8"},
+           {"cuda.conv.depthwise.window.pixels", "4", "", "kiln.conv.depthwise.window",
+            "kiln.conv.depthwise.window.px4"},
+           {"cuda.conv.depthwise.window.pixels", "2", "", "kiln.conv.depthwise.window",
+            "kiln.conv.depthwise.window.px2"}}) {
+    const std::string baseTactic = effect.baseTactic;
     const std::string tactic = effect.tactic;
     registerKnobEffect({
         .knob = effect.knob,
         .value = effect.value,
         .shows = "kiln's depthwise kernel launches as " + tactic +
-                 " names (pixels a thread, threads a block) instead of one pixel, 256 threads",
+                 " names (pixels a thread, threads a block) instead of " + baseTactic +
+                 "'s defaults",
         .backend = "cuda",
         .graph = depthwiseConv,
+        .baseRoute = effect.baseRoute,
         .expect =
-            [tactic](const BuildSnapshot& base, const BuildSnapshot& changed) {
-              EXPECT_EQ(base.layer("dw").tactic, "kiln.conv.depthwise");
+            [baseTactic, tactic](const BuildSnapshot& base, const BuildSnapshot& changed) {
+              EXPECT_EQ(base.layer("dw").tactic, baseTactic);
               EXPECT_EQ(changed.layer("dw").tactic, tactic);
             },
     });
@@ -121,11 +151,13 @@ struct DepthwiseLaunchEffect {
         .graph = depthwiseConv,
         .expect =
             [runs](const BuildSnapshot& base, const BuildSnapshot& changed) {
+              // 2 px a thread: auto's choice for a plane this small (fewer than 2^17 threads).
               EXPECT_EQ(base.layer("dw").detail,
-                        "kiln's depthwise kernel, 1 px a thread, 256-thread blocks, runs of up to "
-                        "16 bytes");
-              EXPECT_EQ(changed.layer("dw").detail,
-                        "kiln's depthwise kernel, 1 px a thread, 256-thread blocks, " + runs);
+                        "kiln's depthwise window kernel, 2 px a thread, 256-thread blocks, runs "
+                        "of up to 16 bytes");
+              EXPECT_EQ(
+                  changed.layer("dw").detail,
+                  "kiln's depthwise window kernel, 2 px a thread, 256-thread blocks, " + runs);
             },
     });
   }

@@ -137,8 +137,10 @@ KILN_KNOB_EFFECT({
 
 // One case a value for a block knob of the kernels that take a thread an element: the step `layer`
 // of `graph` launches `threads`-thread blocks instead of 256.
+// `detail` is what the layer says before its blocks ("16-byte words, " for a Gather of rows).
 void registerBlockEffects(const char* knob, const char* layer, const char* tactic,
-                          const std::string& what, std::function<ir::Graph()> graph) {
+                          const std::string& what, std::function<ir::Graph()> graph,
+                          const std::string& detail = "") {
   for (const char* threads : {"128", "512", "1024"}) {
     const std::string blocks = std::string(threads) + "-thread blocks";
     registerKnobEffect({
@@ -148,10 +150,10 @@ void registerBlockEffects(const char* knob, const char* layer, const char* tacti
         .backend = "cuda",
         .graph = graph,
         .expect =
-            [layer = std::string(layer), tactic = std::string(tactic), blocks](
+            [layer = std::string(layer), tactic = std::string(tactic), blocks, detail](
                 const BuildSnapshot& base, const BuildSnapshot& changed) {
-              EXPECT_EQ(base.layer(layer).detail, "256-thread blocks");
-              EXPECT_EQ(changed.layer(layer).detail, blocks);
+              EXPECT_EQ(base.layer(layer).detail, detail + "256-thread blocks");
+              EXPECT_EQ(changed.layer(layer).detail, detail + blocks);
               EXPECT_EQ(base.layer(layer).tactic, tactic);
               EXPECT_EQ(changed.layer(layer).tactic, tactic);
             },
@@ -169,15 +171,15 @@ ir::Graph lookup() {
 
 KILN_KNOB_EFFECT({
     .knob = "cuda.gather.vector",
-    .value = "on",
-    .shows = "an embedding lookup of 96-byte rows moves a thread per 16-byte word instead of a "
-             "thread per float32 element",
+    .value = "off",
+    .shows = "an embedding lookup of 96-byte rows moves a thread per float32 element instead of "
+             "a thread per 16-byte word",
     .backend = "cuda",
     .graph = lookup,
     .expect =
         [](const BuildSnapshot& base, const BuildSnapshot& changed) {
-          EXPECT_EQ(base.layer("lookup").detail, "256-thread blocks");
-          EXPECT_EQ(changed.layer("lookup").detail, "16-byte words, 256-thread blocks");
+          EXPECT_EQ(base.layer("lookup").detail, "16-byte words, 256-thread blocks");
+          EXPECT_EQ(changed.layer("lookup").detail, "256-thread blocks");
           EXPECT_EQ(base.layer("lookup").tactic, "kiln.gather");
           EXPECT_EQ(changed.layer("lookup").tactic, "kiln.gather");
         },
@@ -193,7 +195,7 @@ KILN_KNOB_EFFECT({
         return g.take();
       });
   registerBlockEffects("cuda.gather.block", "lookup", "kiln.gather",
-                       "an embedding lookup (Gather of rows)", lookup);
+                       "an embedding lookup (Gather of rows)", lookup, "16-byte words, ");
   registerBlockEffects(
       "cuda.scatter.block", "scatter", "kiln.scatter_nd", "a ScatterND of two rows into x [6, 10]",
       [] {

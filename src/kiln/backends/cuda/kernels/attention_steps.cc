@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <vector>
 
@@ -71,6 +72,20 @@ const knobs::Knob kAttentionFlashWarps = knobs::declareKnob({
             "serves 128 rows)",
     .backends = {"cuda"},
     .perNode = true,
+});
+
+const knobs::Knob kAttentionFlashSkipMasked = knobs::declareKnob({
+    .name = "cuda.attention.flash.skip_masked",
+    .kind = knobs::KnobKind::kBool,
+    .defaultValue = "on",
+    .help = "with a constant mask (GPT-2's causal one, say), a CTA of the flash kernel walks only "
+            "the key tiles where the mask leaves some key to one of its query rows, its blocks "
+            "with the most tiles launched first (on), or every tile (off). The same bits for "
+            "finite scores; a NaN or infinite score under an all -inf tile no longer makes its "
+            "row NaN",
+    .backends = {"cuda"},
+    .perNode = true,
+    .changesNumerics = true,
 });
 
 const knobs::Knob kAttentionSoftmaxWarpRows = knobs::declareKnob({
@@ -302,16 +317,62 @@ class AttentionStep final : public Step {
   const int64_t* maskOffsets_ = nullptr;  // device copy of g_.maskBatchOffsets
 };
 
+// FlashAttentionArgs::keyTiles for a constant mask of the node's type: for each block of
+// `blockRows` query rows, the first and one past the last tile of kFlashKeyTile keys in which a
+// row of the block, in some batch entry, has a key whose mask value is not -inf ({0, 0} where
+// there is none). Empty where that leaves every tile to walk.
+std::vector<int32_t> maskedKeyTiles(const ir::Tensor& mask, const ir::AttentionGeometry& g,
+                                    int64_t blockRows) {
+  const int64_t blocks = (g.sq + blockRows - 1) / blockRows;
+  const int64_t tiles = (g.skv + kFlashKeyTile - 1) / kFlashKeyTile;
+  std::vector<int64_t> entries = g.maskBatchOffsets;  // batch entries with the same mask once
+  std::sort(entries.begin(), entries.end());
+  entries.erase(std::unique(entries.begin(), entries.end()), entries.end());
+  std::vector<int32_t> range(static_cast<size_t>(2 * blocks), 0);
+  int64_t walked = 0;
+  for (int64_t block = 0; block < blocks; ++block) {
+    int64_t first = tiles, last = -1;
+    for (const int64_t entry : entries) {
+      for (int64_t i = block * blockRows; i < std::min(g.sq, (block + 1) * blockRows); ++i) {
+        for (int64_t j = 0; j < g.skv; ++j) {
+          const double value =
+              mask.elementAsDouble(entry + i * g.maskRowStride + j * g.maskColumnStride);
+          if (std::isinf(value) && value < 0) continue;
+          first = std::min(first, j / kFlashKeyTile);
+          last = std::max(last, j / kFlashKeyTile);
+        }
+      }
+    }
+    if (last >= 0) {
+      range[static_cast<size_t>(2 * block)] = static_cast<int32_t>(first);
+      range[static_cast<size_t>(2 * block + 1)] = static_cast<int32_t>(last + 1);
+      walked += last + 1 - first;
+    }
+  }
+  if (walked == blocks * tiles) return {};
+  return range;
+}
+
 // The fused kernel (flash_attention.h): no workspace, one launch.
 class FlashAttentionStep final : public Step {
  public:
-  FlashAttentionStep(ir::AttentionGeometry geometry, GemmType type, int warps)
-      : g_(std::move(geometry)), type_(type), warps_(warps) {
+  // keyTiles: FlashAttentionArgs::keyTiles on the host (empty: every tile).
+  FlashAttentionStep(ir::AttentionGeometry geometry, GemmType type, int warps,
+                     std::vector<int32_t> keyTiles)
+      : g_(std::move(geometry)), type_(type), warps_(warps), keyTiles_(std::move(keyTiles)) {
     tactic = "kiln.attention.flash";
   }
 
   std::string detail() const override {
-    return fmt::format("{} warps, {} query rows a CTA", warps_, warps_ * 16);
+    std::string text = fmt::format("{} warps, {} query rows a CTA", warps_, warps_ * 16);
+    if (!keyTiles_.empty()) {
+      int64_t walked = 0;
+      for (size_t i = 0; i < keyTiles_.size(); i += 2) walked += keyTiles_[i + 1] - keyTiles_[i];
+      const int64_t tiles = (g_.skv + kFlashKeyTile - 1) / kFlashKeyTile;
+      text += fmt::format(", {} of {} key tiles walked (the rest masked)", walked,
+                          tiles * static_cast<int64_t>(keyTiles_.size() / 2));
+    }
+    return text;
   }
 
   Status prepare(PrepareContext& prepare) override {
@@ -323,6 +384,14 @@ class FlashAttentionStep final : public Step {
           device.name, device.computeMajor, device.computeMinor);
     }
     KILN_ASSIGN_OR_RETURN(maskOffsets_, uploadMaskOffsets(prepare, g_));
+    if (!keyTiles_.empty()) {
+      const int64_t bytes = static_cast<int64_t>(keyTiles_.size() * sizeof(int32_t));
+      KILN_ASSIGN_OR_RETURN(std::byte * tiles,
+                            prepare.allocate(bytes, "the flash kernel's key tiles"));
+      KILN_CUDA_CHECK(
+          cudaMemcpy(tiles, keyTiles_.data(), static_cast<size_t>(bytes), cudaMemcpyHostToDevice));
+      deviceKeyTiles_ = reinterpret_cast<const int32_t*>(tiles);
+    }
     return cudaStatus(configureFlashAttention(args(prepare.context)),
                       "the flash attention kernel's shared memory limit");
   }
@@ -359,13 +428,16 @@ class FlashAttentionStep final : public Step {
     a.mask = maskOf(context, *this, g_, maskOffsets_);
     a.nanToZero = g_.nanToZero;
     a.warps = warps_;
+    a.keyTiles = deviceKeyTiles_;
     return a;
   }
 
   const ir::AttentionGeometry g_;
   const GemmType type_;
   const int warps_;
-  const int64_t* maskOffsets_ = nullptr;  // device copy of g_.maskBatchOffsets
+  const std::vector<int32_t> keyTiles_;
+  const int64_t* maskOffsets_ = nullptr;     // device copy of g_.maskBatchOffsets
+  const int32_t* deviceKeyTiles_ = nullptr;  // device copy of keyTiles_
 };
 
 // The storage type Q, K, V, the mask and the output share, if the products take it.
@@ -390,8 +462,15 @@ std::unique_ptr<Step> makeAttentionStep(const ir::Node& node, const knobs::Route
   const int64_t minKeys = std::stoll(route.value(kAttentionFlashMinKeys, &node));
   if (flash && g.skv >= minKeys &&
       flashAttentionSupports(*type, g.d, g.dv, g.batch * g.sq, g.skv)) {
-    return std::make_unique<FlashAttentionStep>(
-        std::move(*geometry), *type, std::stoi(route.value(kAttentionFlashWarps, &node)));
+    const int warps = std::stoi(route.value(kAttentionFlashWarps, &node));
+    std::vector<int32_t> keyTiles;
+    const ir::Value* mask = node.input(3);
+    if (g.hasMask && mask && mask->constant &&
+        route.value(kAttentionFlashSkipMasked, &node) == "on") {
+      keyTiles = maskedKeyTiles(*mask->constant, g, int64_t{warps} * 16);
+    }
+    return std::make_unique<FlashAttentionStep>(std::move(*geometry), *type, warps,
+                                                std::move(keyTiles));
   }
   return std::make_unique<AttentionStep>(
       std::move(*geometry), *type, productOptionsFor(node, route),

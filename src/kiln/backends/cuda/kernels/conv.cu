@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "kiln/backends/cuda/kernels/conv.h"
+#include "kiln/backends/cuda/kernels/conv_device.cuh"
 #include "kiln/backends/cuda/kernels/device_types.cuh"
 
 namespace kiln::cuda {
@@ -25,49 +26,11 @@ int64_t blocksFor(int64_t count, int threads = kThreads) {
 
 bool validBlock(int threads) { return threads >= 32 && threads <= 1024 && threads % 32 == 0; }
 
+using device::activate;
 using device::load;
 using device::store;
 using device::Tag;
-
-// std::min and std::max as the reference evaluates them (so a NaN argument picks the same side).
-__device__ __forceinline__ float referenceMin(float a, float b) { return b < a ? b : a; }
-__device__ __forceinline__ float referenceMax(float a, float b) { return a < b ? b : a; }
-
-__device__ __forceinline__ float activate(float x, const ConvEpilogue& e) {
-  switch (e.activation) {
-    case ConvActivation::kNone:
-      return x;
-    case ConvActivation::kRelu:
-      return x < 0.0f ? 0.0f : x;
-    case ConvActivation::kLeakyRelu:
-      return x < 0.0f ? e.alpha * x : x;
-    case ConvActivation::kClip:
-      // min first, then max, as Clip: min > max gives max everywhere.
-      if (x < e.alpha) x = e.alpha;
-      if (x > e.beta) x = e.beta;
-      return x;
-    case ConvActivation::kSigmoid:
-      return 1.0f / (1.0f + expf(-x));
-    case ConvActivation::kHardSigmoid: {
-      // NaN gives 1, as std::min(1, NaN) does; tested explicitly because ptxas may reorder the
-      // min/max pair into a clamp that sends NaN to 0.
-      const float v = e.alpha * x + e.beta;
-      return isnan(v) ? 1.0f : referenceMax(0.0f, referenceMin(1.0f, v));
-    }
-    case ConvActivation::kHardSwish:
-      return x * referenceMax(0.0f, referenceMin(1.0f, x / 6.0f + 0.5f));
-    case ConvActivation::kTanh:
-      return tanhf(x);
-    case ConvActivation::kGelu:
-      return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-    case ConvActivation::kGeluTanh:
-      // 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), which keeps its precision for negative x.
-      return x / (1.0f + expf(-1.5957691216057308f * (x + 0.044715f * x * x * x)));
-    case ConvActivation::kSilu:
-      return x / (1.0f + expf(-x));
-  }
-  return x;
-}
+using device::Vec;
 
 template <typename T>
 __global__ void directConvKernel(ConvGeometry g, const T* __restrict__ x, const T* __restrict__ w,
@@ -187,11 +150,6 @@ __global__ void convTransposeKernel(ConvGeometry g, const T* __restrict__ x,
 // Depthwise NHWC: one thread per output pixel and run of V channels, loaded and stored as one
 // 4-, 8- or 16-byte vector (neighbouring threads take neighbouring runs, so every warp reads and
 // writes contiguous memory); 32-bit indices (the launcher checks every extent fits).
-template <typename T, int V>
-struct alignas(sizeof(T) * V) Vec {
-  T v[V];
-};
-
 template <typename T, int V, int P>
 __global__ void depthwiseNhwcKernel(ConvGeometry g, const T* __restrict__ x,
                                     const T* __restrict__ w, const T* __restrict__ bias,
@@ -385,6 +343,17 @@ cudaError_t launchDepthwiseNhwc(const ConvGeometry& g, ElementType type, const v
              aligned(y, bytes);
     };
     constexpr int kWidest = 16 / static_cast<int>(sizeof(T));
+    if (tiling.window && depthwiseWindowFits(g)) {
+      int run = 1;
+      for (int v = kWidest; v > 1; v /= 2) {
+        if (fits(v)) {
+          run = v;
+          break;
+        }
+      }
+      return launchDepthwiseWindow(g, type, run, depthwiseWindowPixels(g, type, tiling),
+                                   tiling.blockThreads, x, w, bias, residual, y, epilogue, stream);
+    }
     if (fits(kWidest)) return launch(std::integral_constant<int, kWidest>{});
     if constexpr (kWidest >= 4) {
       if (fits(kWidest / 2)) return launch(std::integral_constant<int, kWidest / 2>{});

@@ -76,21 +76,44 @@ cudaError_t launchDirectConv(const ConvGeometry& geometry, ElementType type, con
 // index the kernel forms within 32 bits.
 bool depthwiseNhwcFits(const ConvGeometry& g);
 
-// How launchDepthwiseNhwc divides its work: output pixels along a row per thread (1, 2 or 4; each
-// weight vector loaded once for all of them) and threads per block.
+// Whether the window kernel takes `g` (depthwiseNhwcFits, and a kernel 3, 5 or 7 wide with
+// stride 1 or 2 and dilation 1 along the row).
+bool depthwiseWindowFits(const ConvGeometry& g);
+
+// How launchDepthwiseNhwc divides its work. With `window` set, convolutions depthwiseWindowFits
+// takes run the window kernel (conv_depthwise.cu): a thread computes `windowPixels` (2, 4 or 8;
+// 0: depthwiseWindowPixels' choice) neighbouring output pixels of a row, loading each input pixel
+// of their window once into registers. The others, and all with `window` off, run the direct
+// kernel: a thread computes `pixels` (1, 2 or 4) outputs of a row, loading every tap of each
+// (each weight vector once for all of them). Both take `blockThreads` threads a block and move
+// channels in runs of up to `vectorBytes`.
 struct DepthwiseTiling {
   int pixels = 1;
   int blockThreads = 256;
   int vectorBytes = 16;  // the widest channel run a thread moves at once: 16, 8 or 4 bytes
+  bool window = true;
+  int windowPixels = 0;
 };
 
-// y = act(depthwise(x, w) + bias + residual), one thread per `tiling.pixels` neighbouring output
-// pixels of a row and run of channels (vector loads of up to 16 bytes where the channel count and
-// the pointers allow), float accumulation over the taps in (kh, kw) order. bias and residual may
-// be null.
+// The output pixels a thread of the window kernel computes for `g` under `tiling`: windowPixels
+// when set, else the most of 8 and 4 that keep a thread's accumulators (pixels times the channel
+// run) within 32 floats and leave at least 2^17 threads, else 2.
+int depthwiseWindowPixels(const ConvGeometry& g, ElementType type, const DepthwiseTiling& tiling);
+
+// y = act(depthwise(x, w) + bias + residual) by the window or the direct kernel as `tiling` says
+// (vector loads of up to 16 bytes where the channel count and the pointers allow), float
+// accumulation over the taps in (kh, kw) order in both, so both give the same bits. bias and
+// residual may be null.
 cudaError_t launchDepthwiseNhwc(const ConvGeometry& g, ElementType type, const void* x,
                                 const void* w, const void* bias, const void* residual, void* y,
                                 ConvEpilogue epilogue, DepthwiseTiling tiling, cudaStream_t stream);
+
+// The window kernel alone (launchDepthwiseNhwc calls it): `runElements` channels (1, 2, 4 or 8,
+// dividing the channels and every pointer's alignment) and `pixels` outputs (2, 4 or 8) a thread.
+cudaError_t launchDepthwiseWindow(const ConvGeometry& g, ElementType type, int runElements,
+                                  int pixels, int blockThreads, const void* x, const void* w,
+                                  const void* bias, const void* residual, void* y,
+                                  ConvEpilogue epilogue, cudaStream_t stream);
 
 // ConvTranspose (NCHW), one thread per output element gathering what the op scatters into it:
 // y[n, m, o] = bias[m] + the sum of x[n, c, i] * w[c, m's index in its group, k] over the input

@@ -39,8 +39,11 @@
 // ("kiln.convtranspose" for ConvTranspose).
 //
 // Depthwise convolutions in NHWC (kiln.NhwcConv with group == C == M) take kiln's depthwise
-// kernel whatever the source (cuda.conv.depthwise=kiln, the default; tactic
-// "kiln.conv.depthwise"): one thread per pixel and vector of channels, epilogue fused. cuDNN's
+// kernels whatever the source (cuda.conv.depthwise=kiln, the default), epilogue fused: the window
+// kernel (tactic "kiln.conv.depthwise.window") where the kernel is 3, 5 or 7 wide with stride 1
+// or 2 and dilation 1 along the row, a thread computing several outputs of a row from one load of
+// each input pixel they read, else the direct kernel ("kiln.conv.depthwise"), a thread loading
+// every tap of its outputs (both take a vector of channels a thread). cuDNN's
 // engines for them were measured at 10 to 30 times the memory-bound time on the H200
 // (EfficientNet-B0, batch 8, fp16: 1.12 ms of the model's 2.93 in 16 depthwise layers).
 #include <fmt/format.h>
@@ -130,9 +133,38 @@ const knobs::Knob kConvDepthwisePixels = knobs::declareKnob({
     .kind = knobs::KnobKind::kEnum,
     .choices = {"1", "2", "4"},
     .defaultValue = "1",
-    .help = "output pixels along a row each thread of kiln's depthwise kernel computes "
-            "(cuda.conv.depthwise=kiln): more reuse each weight vector it loads, fewer threads "
-            "run",
+    .help = "output pixels along a row each thread of kiln's direct depthwise kernel computes "
+            "(the convolutions the window kernel does not take, and all with "
+            "cuda.conv.depthwise.window=loads): more reuse each weight vector it loads, fewer "
+            "threads run",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kConvDepthwiseWindow = knobs::declareKnob({
+    .name = "cuda.conv.depthwise.window",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"registers", "loads"},
+    .defaultValue = "registers",
+    .help = "depthwise convolutions whose kernel is 3, 5 or 7 wide with stride 1 or 2 and "
+            "dilation 1 along the row (cuda.conv.depthwise=kiln). registers: the window kernel, "
+            "a thread loading each input pixel its outputs read once and adding it into each of "
+            "them from registers ((P - 1) * stride + 2K vector loads a kernel row for P outputs). "
+            "loads: the direct kernel, loading every tap of every output (2PK). Same sums in the "
+            "same order: the same bits",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
+const knobs::Knob kConvDepthwiseWindowPixels = knobs::declareKnob({
+    .name = "cuda.conv.depthwise.window.pixels",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"auto", "8", "4", "2"},
+    .defaultValue = "auto",
+    .help = "output pixels along a row each thread of the depthwise window kernel computes "
+            "(cuda.conv.depthwise.window=registers): more reuse of each input pixel loaded, more "
+            "registers and fewer threads. auto: 8 or 4, the most that keep a thread's "
+            "accumulators within 32 floats and leave 2^17 threads, else 2",
     .backends = {"cuda"},
     .perNode = true,
 });
@@ -142,7 +174,8 @@ const knobs::Knob kConvDepthwiseBlock = knobs::declareKnob({
     .kind = knobs::KnobKind::kEnum,
     .choices = {"256", "128", "512"},
     .defaultValue = "256",
-    .help = "threads per block of kiln's depthwise kernel (cuda.conv.depthwise=kiln)",
+    .help = "threads per block of kiln's depthwise kernels, window and direct "
+            "(cuda.conv.depthwise=kiln)",
     .backends = {"cuda"},
     .perNode = true,
 });
@@ -152,9 +185,10 @@ const knobs::Knob kConvDepthwiseVector = knobs::declareKnob({
     .kind = knobs::KnobKind::kEnum,
     .choices = {"16", "8", "4"},
     .defaultValue = "16",
-    .help = "the widest run of channels, in bytes, a thread of kiln's depthwise kernel loads and "
-            "stores at once (cuda.conv.depthwise=kiln; narrower where the channels or pointers do "
-            "not allow it): narrower runs give more threads fewer bytes each",
+    .help = "the widest run of channels, in bytes, a thread of kiln's depthwise kernels (window "
+            "and direct) loads and stores at once (cuda.conv.depthwise=kiln; narrower where the "
+            "channels or pointers do not allow it): narrower runs give more threads fewer bytes "
+            "each",
     .backends = {"cuda"},
     .perNode = true,
 });
@@ -1316,6 +1350,13 @@ class ConvStep final : public Step {
 
   std::string detail() const override {
     if (choice_.depthwise) {
+      if (windowKernel()) {
+        return fmt::format(
+            "kiln's depthwise window kernel, {} px a thread, {}-thread blocks, runs of up to {} "
+            "bytes",
+            depthwiseWindowPixels(problem_.geometry, problem_.type, choice_.tiling),
+            choice_.tiling.blockThreads, choice_.tiling.vectorBytes);
+      }
       return fmt::format(
           "kiln's depthwise kernel, {} px a thread, {}-thread blocks, runs of up to {} bytes",
           choice_.tiling.pixels, choice_.tiling.blockThreads, choice_.tiling.vectorBytes);
@@ -1413,13 +1454,25 @@ class ConvStep final : public Step {
     if (choice_.depthwise) {
       // Launch settings other than the defaults are named, as cuda.conv.depthwise.* set them.
       std::string name = "kiln.conv.depthwise";
-      if (choice_.tiling.pixels != 1) name += ".px" + std::to_string(choice_.tiling.pixels);
+      if (windowKernel()) {
+        name += ".window";
+        if (choice_.tiling.windowPixels != 0) {
+          name += ".px" + std::to_string(choice_.tiling.windowPixels);
+        }
+      } else if (choice_.tiling.pixels != 1) {
+        name += ".px" + std::to_string(choice_.tiling.pixels);
+      }
       if (choice_.tiling.blockThreads != 256) {
         name += ".block" + std::to_string(choice_.tiling.blockThreads);
       }
       return name;
     }
     return problem_.transpose ? "kiln.convtranspose" : "kiln.conv";
+  }
+
+  // Whether the depthwise convolution runs the window kernel (launchDepthwiseNhwc's choice).
+  bool windowKernel() const {
+    return choice_.depthwise && choice_.tiling.window && depthwiseWindowFits(problem_.geometry);
   }
 
   std::string tacticFor(const Fusion& fusion) const {
@@ -1580,6 +1633,9 @@ std::unique_ptr<Step> makeConvStep(const ir::Node& node, const knobs::Route& rou
   choice.tiling.pixels = std::stoi(route.value(kConvDepthwisePixels, &node));
   choice.tiling.blockThreads = std::stoi(route.value(kConvDepthwiseBlock, &node));
   choice.tiling.vectorBytes = std::stoi(route.value(kConvDepthwiseVector, &node));
+  choice.tiling.window = route.value(kConvDepthwiseWindow, &node) == "registers";
+  const std::string windowPixels = route.value(kConvDepthwiseWindowPixels, &node);
+  choice.tiling.windowPixels = windowPixels == "auto" ? 0 : std::stoi(windowPixels);
   choice.nativeBlock = std::stoi(route.value(kConvNativeBlock, &node));
   choice.epilogueBlock = std::stoi(route.value(kConvEpilogueBlock, &node));
   choice.timed = route.value(kConvAlgo, &node) == "timed";

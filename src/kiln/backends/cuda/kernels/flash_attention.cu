@@ -85,7 +85,8 @@ template <int W>
 constexpr int kBlockRowsOf = W* kWarpRows;
 template <int W>
 constexpr int kThreadsOf = W* kWarpSize;
-constexpr int kKeys = 64;               // keys a tile
+constexpr int kKeys = 64;  // keys a tile
+static_assert(kKeys == kFlashKeyTile, "FlashAttentionArgs::keyTiles counts tiles of kKeys");
 constexpr int kScoreTiles = kKeys / 8;  // n8 tiles of a warp's scores
 constexpr int kKeySteps = kKeys / 16;   // k16 steps of P · V
 constexpr int kPad = 8;                 // 16 bytes of padding a row
@@ -286,7 +287,16 @@ __device__ __forceinline__ void flashAttention(const FlashAttentionArgs& args) {
 
   const int64_t qBlocks = (args.sq + kBlockRows - 1) / kBlockRows;
   const int64_t b = static_cast<int64_t>(blockIdx.x) / qBlocks;
-  const int64_t q0 = (static_cast<int64_t>(blockIdx.x) - b * qBlocks) * kBlockRows;
+  int64_t qBlock = static_cast<int64_t>(blockIdx.x) - b * qBlocks;
+  // The key tiles the block walks: with keyTiles, the last query blocks first (under a causal
+  // mask they walk the most tiles, so they start first).
+  int64_t firstKey = 0, endKey = args.skv;
+  if (args.keyTiles) {
+    qBlock = qBlocks - 1 - qBlock;
+    firstKey = args.keyTiles[2 * qBlock] * int64_t{kKeys};
+    endKey = min(args.skv, args.keyTiles[2 * qBlock + 1] * int64_t{kKeys});
+  }
+  const int64_t q0 = qBlock * kBlockRows;
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const int group = lane / 4;     // rows group and group + 8 of the warp's 16
@@ -328,7 +338,7 @@ __device__ __forceinline__ void flashAttention(const FlashAttentionArgs& args) {
   // registers for every tile.
   const int queries = static_cast<int>(args.sq - q0 < kBlockRows ? args.sq - q0 : kBlockRows);
   stageTile<T, kBlockRows, D, kThreads>(sQ, L::kLdQ, q + q0 * ldQ, ldQ, queries, D, vectorQ);
-  stageKeys(0, 0);
+  if (firstKey < endKey) stageKeys(firstKey, 0);
   commitCopies();
   waitCopies();
   __syncthreads();
@@ -376,12 +386,12 @@ __device__ __forceinline__ void flashAttention(const FlashAttentionArgs& args) {
   }
 
   int buffer = 0;  // the tile's, tiles alternating
-  for (int64_t key0 = 0; key0 < skv; key0 += kKeys, buffer ^= 1) {
-    if (key0 > 0) {
+  for (int64_t key0 = firstKey; key0 < endKey; key0 += kKeys, buffer ^= 1) {
+    if (key0 > firstKey) {
       waitCopies();
       __syncthreads();  // this tile is staged; every warp is done with the previous one's buffer
     }
-    if (key0 + kKeys < skv) {
+    if (key0 + kKeys < endKey) {
       stageKeys(key0 + kKeys, buffer ^ 1);
       commitCopies();
     }

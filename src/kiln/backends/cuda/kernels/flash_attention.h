@@ -43,7 +43,17 @@ struct FlashAttentionArgs {
   // 12 heads of 512 queries are 96 CTAs of 64 rows, fewer than an H200's 132 SMs), more share
   // each staged key tile among more rows.
   int warps = 4;
+  // Per query block of the CTA's rows (warps * 16), in block order: the first and one past the last
+  // key tile (kFlashKeyTile keys) holding a key the mask leaves to any of the block's rows of any
+  // batch entry; a CTA walks only those (blocks with the most tiles first). Null: every tile. Tiles
+  // outside are -inf for every row of the block, and add nothing to a row with a finite score
+  // (its maximum is unchanged and its probabilities there are exp(-inf) = 0); a NaN or +inf score
+  // there is not seen, where without skipping it would make its row NaN.
+  const int32_t* keyTiles = nullptr;
 };
+
+// Keys a tile of the kernel (FlashAttentionArgs::keyTiles counts in these).
+constexpr int64_t kFlashKeyTile = 64;
 
 // Whether the kernel handles this type and head size (Dv == D in {32, 64, 128}, reduced types
 // only) and at least one query and one key; the caller keeps everything else on the unfused path.

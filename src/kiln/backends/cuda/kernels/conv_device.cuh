@@ -1,0 +1,57 @@
+// Device helpers kiln's convolution kernels share (conv.cu, conv_depthwise.cu): the activation
+// they fuse into their epilogue, in float as the reference computes each, and the vector of V
+// elements a thread loads and stores at once.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kiln/backends/cuda/kernels/conv.h"
+
+namespace kiln::cuda::device {
+
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Vec {
+  T v[V];
+};
+
+// std::min and std::max as the reference evaluates them (so a NaN argument picks the same side).
+__device__ __forceinline__ float referenceMin(float a, float b) { return b < a ? b : a; }
+__device__ __forceinline__ float referenceMax(float a, float b) { return a < b ? b : a; }
+
+__device__ __forceinline__ float activate(float x, const ConvEpilogue& e) {
+  switch (e.activation) {
+    case ConvActivation::kNone:
+      return x;
+    case ConvActivation::kRelu:
+      return x < 0.0f ? 0.0f : x;
+    case ConvActivation::kLeakyRelu:
+      return x < 0.0f ? e.alpha * x : x;
+    case ConvActivation::kClip:
+      // min first, then max, as Clip: min > max gives max everywhere.
+      if (x < e.alpha) x = e.alpha;
+      if (x > e.beta) x = e.beta;
+      return x;
+    case ConvActivation::kSigmoid:
+      return 1.0f / (1.0f + expf(-x));
+    case ConvActivation::kHardSigmoid: {
+      // NaN gives 1, as std::min(1, NaN) does; tested explicitly because ptxas may reorder the
+      // min/max pair into a clamp that sends NaN to 0.
+      const float v = e.alpha * x + e.beta;
+      return isnan(v) ? 1.0f : referenceMax(0.0f, referenceMin(1.0f, v));
+    }
+    case ConvActivation::kHardSwish:
+      return x * referenceMax(0.0f, referenceMin(1.0f, x / 6.0f + 0.5f));
+    case ConvActivation::kTanh:
+      return tanhf(x);
+    case ConvActivation::kGelu:
+      return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    case ConvActivation::kGeluTanh:
+      // 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), which keeps its precision for negative x.
+      return x / (1.0f + expf(-1.5957691216057308f * (x + 0.044715f * x * x * x)));
+    case ConvActivation::kSilu:
+      return x / (1.0f + expf(-x));
+  }
+  return x;
+}
+
+}  // namespace kiln::cuda::device
