@@ -580,7 +580,7 @@ TEST(CudaNhwcConv, DepthwiseWindowKernelMatchesTheDirectKernelBitForBit) {
   const std::vector<std::pair<std::string, std::string>> windows = {
       {"", "kiln.conv.depthwise.window"},
       {"-cuda.conv.depthwise.window.pixels=8", "kiln.conv.depthwise.window.px8"},
-      {"-cuda.conv.depthwise.window.pixels=4 -cuda.conv.depthwise.vector=8",
+      {"-cuda.conv.depthwise.window.pixels=4 -cuda.conv.depthwise.vector=16",
        "kiln.conv.depthwise.window.px4"},
       {"-cuda.conv.depthwise.window.pixels=2 -cuda.conv.depthwise.vector=4 "
        "-cuda.conv.depthwise.block=128",

@@ -141,12 +141,12 @@ struct DepthwiseLaunchEffect {
 }();
 
 [[maybe_unused]] const int kDepthwiseVectorEffects = [] {
-  for (const char* bytes : {"8", "4"}) {
+  for (const char* bytes : {"16", "4"}) {
     const std::string runs = std::string("runs of up to ") + bytes + " bytes";
     registerKnobEffect({
         .knob = "cuda.conv.depthwise.vector",
         .value = bytes,
-        .shows = "kiln's depthwise kernel moves channel " + runs + " a thread instead of 16",
+        .shows = "kiln's depthwise kernel moves channel " + runs + " a thread instead of 8",
         .backend = "cuda",
         .graph = depthwiseConv,
         .expect =
@@ -154,10 +154,10 @@ struct DepthwiseLaunchEffect {
               // 2 px a thread: auto's choice for a plane this small (fewer than 2^17 threads).
               EXPECT_EQ(base.layer("dw").detail,
                         "kiln's depthwise window kernel, 2 px a thread, 256-thread blocks, runs "
-                        "of up to 16 bytes");
-              EXPECT_EQ(
-                  changed.layer("dw").detail,
-                  "kiln's depthwise window kernel, 2 px a thread, 256-thread blocks, " + runs);
+                        "of up to 8 bytes");
+              EXPECT_EQ(changed.layer("dw").detail,
+                        "kiln's depthwise window kernel, 2 px a thread, 256-thread blocks, " +
+                            runs);
             },
     });
   }

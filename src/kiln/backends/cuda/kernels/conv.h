@@ -90,7 +90,7 @@ bool depthwiseWindowFits(const ConvGeometry& g);
 struct DepthwiseTiling {
   int pixels = 1;
   int blockThreads = 256;
-  int vectorBytes = 16;  // the widest channel run a thread moves at once: 16, 8 or 4 bytes
+  int vectorBytes = 8;  // the widest channel run a thread moves at once: 16, 8 or 4 bytes
   bool window = true;
   int windowPixels = 0;
 };

@@ -183,8 +183,11 @@ const knobs::Knob kConvDepthwiseBlock = knobs::declareKnob({
 const knobs::Knob kConvDepthwiseVector = knobs::declareKnob({
     .name = "cuda.conv.depthwise.vector",
     .kind = knobs::KnobKind::kEnum,
-    .choices = {"16", "8", "4"},
-    .defaultValue = "16",
+    .choices = {"8", "16", "4"},
+    // 8: with the window kernel, ConvNeXt-T b8 0.9665 ms against 0.9731 at 16, EfficientNet-B0 b8
+    // 0.8420 against 0.9008, MobileNetV3-L b1 0.3441 against 0.3967 (fp16, H100, 2026-12-07,
+    // bench/gpu/results/2026-12-07-depthwise.md): more threads, fewer registers each.
+    .defaultValue = "8",
     .help = "the widest run of channels, in bytes, a thread of kiln's depthwise kernels (window "
             "and direct) loads and stores at once (cuda.conv.depthwise=kiln; narrower where the "
             "channels or pointers do not allow it): narrower runs give more threads fewer bytes "
