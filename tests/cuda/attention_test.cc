@@ -430,37 +430,17 @@ TEST(CudaAttention, FlashConstantMask) {
   }
 }
 
-// The output of `c` (its inputs cast to `type`) run under `route`; the step's detail in `detail`.
-// Empty without a GPU.
+// The output of `c` with its inputs cast to `type`, run under `route`; the step's detail in
+// `detail`. Empty without a GPU.
 ir::Tensor runFlash(CudaOpCase c, const ReducedType& type, const std::string& route,
                     std::string* detail) {
   for (OpInput& input : c.inputs) {
     if (!input.tensor.empty()) input.tensor = input.tensor.castTo(type.dtype);
   }
-  BuilderConfig config;
-  EXPECT_TRUE(config.setBuildRoute("-cuda.host_fallback=off " + route).isOk());
-  auto build = buildCuda(
-      makeSingleOpGraph(c.opType, c.inputs, c.attributes, c.opset, c.outputCount, c.domain),
-      config);
-  if (!build.isOk()) {
-    ADD_FAILURE() << build.status().toString();
-    return {};
-  }
-  for (const auto& step : build->plan.steps()) {
-    if (step->node->opType == "Attention") *detail = step->detail();
-  }
-  if (!cuda::deviceAvailable()) return {};
-  std::vector<ir::Tensor> runtime;
-  for (const OpInput& input : c.inputs) {
-    if (!input.constant && !input.tensor.empty()) runtime.push_back(input.tensor);
-  }
-  EXPECT_TRUE(build->plan.fillArena(0xFF).isOk());
-  auto ran = build->plan.run(runtime);
-  if (!ran.isOk()) {
-    ADD_FAILURE() << ran.status().toString();
-    return {};
-  }
-  return std::move((*ran)[0]);
+  StepReport step;
+  ir::Tensor output = runCudaCase(c, route, &step);
+  *detail = step.detail;
+  return output;
 }
 
 // cuda.attention.flash.skip_masked (on by default): with a constant mask, each CTA walks only the

@@ -598,31 +598,12 @@ TEST(CudaNhwcConv, DepthwiseWindowKernelMatchesTheDirectKernelBitForBit) {
       c.inputs = {activations({s.n, s.h, s.w, s.c}, seed++), OpInput{weights, true},
                   constantWeights({s.c}, seed++), activations({s.n, s.oh, s.ow, s.c}, seed++)};
       if (type) c = inType(c, *type);
-      std::vector<ir::Tensor> runtime;
-      for (const OpInput& input : c.inputs) {
-        if (!input.constant && !input.tensor.empty()) runtime.push_back(input.tensor);
-      }
       auto runWith = [&](const std::string& route, const std::string& tactic) -> ir::Tensor {
         SCOPED_TRACE(s.name + (type ? " fp16 [" : " fp32 [") + route + "]");
-        BuilderConfig config;
-        EXPECT_TRUE(
-            config.setBuildRoute("-cuda.host_fallback=off -cuda.layout=nchw " + route).isOk());
-        auto build = buildCuda(
-            makeSingleOpGraph(c.opType, c.inputs, c.attributes, c.opset, c.outputCount, c.domain),
-            config);
-        if (!build.isOk()) {
-          ADD_FAILURE() << build.status().toString();
-          return {};
-        }
-        EXPECT_EQ(cudaTacticOf(*build, c.opType), tactic);
-        if (!cuda::deviceAvailable()) return {};
-        EXPECT_TRUE(build->plan.fillArena(0xFF).isOk());
-        auto ran = build->plan.run(runtime);
-        if (!ran.isOk()) {
-          ADD_FAILURE() << ran.status().toString();
-          return {};
-        }
-        return std::move((*ran)[0]);
+        StepReport step;
+        ir::Tensor output = runCudaCase(c, "-cuda.layout=nchw " + route, &step);
+        EXPECT_EQ(step.tactic, tactic);
+        return output;
       };
       const ir::Tensor direct = runWith("-cuda.conv.depthwise.window=loads", "kiln.conv.depthwise");
       for (const auto& [route, tactic] : windows) {

@@ -57,6 +57,40 @@ inline std::string cudaTacticOf(const CudaBuild& build, const std::string& opTyp
   return "";
 }
 
+// The first output of `c` built with `route` (after "-cuda.host_fallback=off") and run on a
+// poisoned arena, for comparing two routes' bits; c.route and the tolerances are not used. The
+// step of c's op says its tactic and detail in `step` (if not null). Empty without a GPU.
+struct StepReport {
+  std::string tactic, detail;
+};
+inline ir::Tensor runCudaCase(const CudaOpCase& c, const std::string& route,
+                              StepReport* step = nullptr) {
+  BuilderConfig config;
+  EXPECT_TRUE(config.setBuildRoute("-cuda.host_fallback=off " + route).isOk());
+  auto build = buildCuda(
+      makeSingleOpGraph(c.opType, c.inputs, c.attributes, c.opset, c.outputCount, c.domain),
+      config);
+  if (!build.isOk()) {
+    ADD_FAILURE() << build.status().toString();
+    return {};
+  }
+  for (const auto& s : build->plan.steps()) {
+    if (step && s->node->opType == c.opType) *step = {s->tactic, s->detail()};
+  }
+  if (!cuda::deviceAvailable()) return {};
+  std::vector<ir::Tensor> runtime;
+  for (const OpInput& input : c.inputs) {
+    if (!input.constant && !input.tensor.empty()) runtime.push_back(input.tensor);
+  }
+  EXPECT_TRUE(build->plan.fillArena(0xFF).isOk());
+  auto ran = build->plan.run(runtime);
+  if (!ran.isOk()) {
+    ADD_FAILURE() << ran.status().toString();
+    return {};
+  }
+  return std::move((*ran)[0]);
+}
+
 inline void expectCudaMatchesReference(const CudaOpCase& c) {
   SCOPED_TRACE(c.opType + (c.route.empty() ? "" : " [" + c.route + "]"));
   auto expected = runSingleOp(c.opType, c.inputs, c.attributes, c.opset, c.outputCount, c.domain);

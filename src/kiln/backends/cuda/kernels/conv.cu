@@ -198,24 +198,9 @@ __global__ void depthwiseNhwcKernel(ConvGeometry g, const T* __restrict__ x,
         }
       }
     }
-    Vec<T, V> bv{};
-    if (bias) bv = *reinterpret_cast<const Vec<T, V>*>(bias + c);
-#pragma unroll
-    for (int p = 0; p < P; ++p) {
-      if (ow0 + p >= outW) break;
-      // y is [N, outH, outW, C], contiguous.
-      const int at = ((n * outH + oh) * outW + ow0 + p) * channels + c;
-      Vec<T, V> rv{}, out;
-      if (residual) rv = *reinterpret_cast<const Vec<T, V>*>(residual + at);
-#pragma unroll
-      for (int v = 0; v < V; ++v) {
-        float value = sum[p][v];
-        if (bias) value += load(bv.v[v]);
-        if (residual) value += load(rv.v[v]);
-        store(&out.v[v], activate(value, epilogue));
-      }
-      *reinterpret_cast<Vec<T, V>*>(y + at) = out;
-    }
+    device::storeDepthwiseOutputs<T, V, P>(sum, ((n * outH + oh) * outW + ow0) * channels + c,
+                                           outW - ow0, channels, bias ? bias + c : nullptr,
+                                           residual, y, epilogue);
   }
 }
 

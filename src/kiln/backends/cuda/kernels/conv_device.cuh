@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "kiln/backends/cuda/kernels/conv.h"
+#include "kiln/backends/cuda/kernels/device_types.cuh"
 
 namespace kiln::cuda::device {
 
@@ -52,6 +53,35 @@ __device__ __forceinline__ float activate(float x, const ConvEpilogue& e) {
       return x / (1.0f + expf(-x));
   }
   return x;
+}
+
+// The end of both depthwise kernels: a thread's sums of P neighbouring output pixels of a row
+// (the first at element `at` of y [N, OH, OW, C], contiguous; `left` of them in the row) for V
+// channels, plus the bias (`bias` at the thread's channels; null: none) and the residual (y's
+// layout; null: none), through the activation, stored as one vector a pixel.
+template <typename T, int V, int P>
+__device__ __forceinline__ void storeDepthwiseOutputs(const float (&sum)[P][V], int at, int left,
+                                                      int channels, const T* bias,
+                                                      const T* __restrict__ residual,
+                                                      T* __restrict__ y,
+                                                      const ConvEpilogue& epilogue) {
+  Vec<T, V> bv{};
+  if (bias) bv = *reinterpret_cast<const Vec<T, V>*>(bias);
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    if (p >= left) break;
+    const int pixel = at + p * channels;
+    Vec<T, V> rv{}, out;
+    if (residual) rv = *reinterpret_cast<const Vec<T, V>*>(residual + pixel);
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      float value = sum[p][v];
+      if (bias) value += load(bv.v[v]);
+      if (residual) value += load(rv.v[v]);
+      store(&out.v[v], activate(value, epilogue));
+    }
+    *reinterpret_cast<Vec<T, V>*>(y + pixel) = out;
+  }
 }
 
 }  // namespace kiln::cuda::device

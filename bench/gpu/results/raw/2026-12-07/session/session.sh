@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Session 2026-12-07 (third), last call: the knob tests with their GPU halves (the new depthwise
-# and flash knobs among them), then this session's defaults against the route that gives the
+# Session 2026-12-07 (third), last call: the depthwise and flash CUDA tests again (the two
+# depthwise kernels now share their epilogue, conv_device.cuh), the knob tests with their GPU
+# halves where the pack has room for them, then this session's defaults against the route that gives the
 # defaults it started with, on the five workloads they touch, and two more depthwise settings.
 set -uo pipefail
 start=$(date +%s)
 rm -rf /tmp/k && mkdir -p /tmp/k && tar -C /tmp/k -xJf .device/kiln-device.tar.xz && tar -C /tmp/k/bin -xJf .device/extra.tar.xz || exit 1
 export LD_LIBRARY_PATH=/tmp/k/lib:/usr/local/cuda-13.0/targets/x86_64-linux/lib
 { cat /tmp/k/COMMIT; nvidia-smi -L; } > "$OUT/info.txt"; cat "$OUT/info.txt"
-timeout 150 /tmp/k/bin/kiln_knob_tests > "$OUT/tests.txt" 2>&1
+(timeout 240 /tmp/k/bin/kiln_cuda_tests --gtest_filter='CudaNhwcConv.*:CudaFusedConv.*:CudaAttention.Flash*' 2>&1
+ [ -x /tmp/k/bin/kiln_knob_tests ] && timeout 150 /tmp/k/bin/kiln_knob_tests 2>&1) > "$OUT/tests.txt"
 grep -E '^\[  (PASSED|FAILED)  \]|FAILED|Failure' "$OUT/tests.txt" | head -20
 echo "tests after $(($(date +%s) - start)) s"
 W=swin_t_b8,gpt2_b1_s512,convnext_tiny_b8,efficientnet_b0_b8,mobilenet_v3_large_b1
