@@ -140,24 +140,32 @@ struct DepthwiseLaunchEffect {
   return 0;
 }();
 
+// auto moves two elements a thread: 8 bytes of float32 (the graph as it is), 4 of float16.
 [[maybe_unused]] const int kDepthwiseVectorEffects = [] {
-  for (const char* bytes : {"16", "4"}) {
-    const std::string runs = std::string("runs of up to ") + bytes + " bytes";
+  struct VectorEffect {
+    const char* bytes;
+    const char* baseRoute;
+    const char* baseBytes;
+  };
+  for (const VectorEffect effect :
+       {VectorEffect{"16", "-cuda.precision=fp16", "4"},
+        VectorEffect{"8", "-cuda.precision=fp16", "4"}, VectorEffect{"4", "", "8"}}) {
+    const std::string detail = "kiln's depthwise window kernel, 2 px a thread, 256-thread blocks, ";
+    const std::string runs = std::string("runs of up to ") + effect.bytes + " bytes";
+    const std::string baseRuns = std::string("runs of up to ") + effect.baseBytes + " bytes";
     registerKnobEffect({
         .knob = "cuda.conv.depthwise.vector",
-        .value = bytes,
-        .shows = "kiln's depthwise kernel moves channel " + runs + " a thread instead of 8",
+        .value = effect.bytes,
+        .shows = "kiln's depthwise kernel moves channel " + runs + " a thread instead of " +
+                 effect.baseBytes + " (two elements)",
         .backend = "cuda",
         .graph = depthwiseConv,
+        .baseRoute = effect.baseRoute,
         .expect =
-            [runs](const BuildSnapshot& base, const BuildSnapshot& changed) {
+            [detail, runs, baseRuns](const BuildSnapshot& base, const BuildSnapshot& changed) {
               // 2 px a thread: auto's choice for a plane this small (fewer than 2^17 threads).
-              EXPECT_EQ(base.layer("dw").detail,
-                        "kiln's depthwise window kernel, 2 px a thread, 256-thread blocks, runs "
-                        "of up to 8 bytes");
-              EXPECT_EQ(changed.layer("dw").detail,
-                        "kiln's depthwise window kernel, 2 px a thread, 256-thread blocks, " +
-                            runs);
+              EXPECT_EQ(base.layer("dw").detail, detail + baseRuns);
+              EXPECT_EQ(changed.layer("dw").detail, detail + runs);
             },
     });
   }

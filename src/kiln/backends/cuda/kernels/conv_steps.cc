@@ -183,15 +183,17 @@ const knobs::Knob kConvDepthwiseBlock = knobs::declareKnob({
 const knobs::Knob kConvDepthwiseVector = knobs::declareKnob({
     .name = "cuda.conv.depthwise.vector",
     .kind = knobs::KnobKind::kEnum,
-    .choices = {"8", "16", "4"},
-    // 8: with the window kernel, ConvNeXt-T b8 0.9665 ms against 0.9731 at 16, EfficientNet-B0 b8
-    // 0.8420 against 0.9008, MobileNetV3-L b1 0.3441 against 0.3967 (fp16, H100, 2026-12-07,
-    // bench/gpu/results/2026-12-07-depthwise.md): more threads, fewer registers each.
-    .defaultValue = "8",
+    .choices = {"auto", "16", "8", "4"},
+    // auto: two elements a thread. With the window kernel at fp16 (H100, 2026-12-07,
+    // bench/gpu/results/2026-12-07-depthwise.md), 4 bytes against 8 and 16: ConvNeXt-T b8 0.9123
+    // against 0.9687 and 0.9731 ms, MobileNetV3-L b1 0.3173 against 0.3444 and 0.3967;
+    // EfficientNet-B0 b8 is faster at 8 (0.8414 against 0.8628 at 4). float32 is not measured.
+    .defaultValue = "auto",
     .help = "the widest run of channels, in bytes, a thread of kiln's depthwise kernels (window "
             "and direct) loads and stores at once (cuda.conv.depthwise=kiln; narrower where the "
             "channels or pointers do not allow it): narrower runs give more threads fewer bytes "
-            "each",
+            "and registers each. auto: two elements (4 bytes for float16 and bfloat16, 8 for "
+            "float32)",
     .backends = {"cuda"},
     .perNode = true,
 });
@@ -1635,7 +1637,9 @@ std::unique_ptr<Step> makeConvStep(const ir::Node& node, const knobs::Route& rou
   choice.depthwise = problem->depthwise && route.value(kConvDepthwise, &node) == "kiln";
   choice.tiling.pixels = std::stoi(route.value(kConvDepthwisePixels, &node));
   choice.tiling.blockThreads = std::stoi(route.value(kConvDepthwiseBlock, &node));
-  choice.tiling.vectorBytes = std::stoi(route.value(kConvDepthwiseVector, &node));
+  const std::string vector = route.value(kConvDepthwiseVector, &node);
+  choice.tiling.vectorBytes =
+      vector == "auto" ? 2 * elementBytes(problem->type) : std::stoi(vector);
   choice.tiling.window = route.value(kConvDepthwiseWindow, &node) == "registers";
   const std::string windowPixels = route.value(kConvDepthwiseWindowPixels, &node);
   choice.tiling.windowPixels = windowPixels == "auto" ? 0 : std::stoi(windowPixels);
