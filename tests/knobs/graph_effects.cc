@@ -171,6 +171,53 @@ KILN_KNOB_EFFECT({
 });
 
 KILN_KNOB_EFFECT({
+    .knob = "graph.compose_row_moves.concats",
+    .value = "off",
+    .shows = "Swin's patch merging (six Slices and a Concat along the channels) stays seven "
+             "layers instead of one Gather of rows",
+    .graph =
+        [] {
+          GraphSketch g;
+          auto int64s = [&](const std::string& name, std::vector<int64_t> values) {
+            const auto count = static_cast<int64_t>(values.size());
+            return g.constant(name, ir::Tensor::fromVector<int64_t>(ir::Shape{count}, values));
+          };
+          // x[:, i::2, j::2, :] for (i, j) = (0, 0), (1, 0), (0, 1), (1, 1), then Concat.
+          auto x = g.input("x", {1, 4, 6, 3});
+          auto end = int64s("end", {100});
+          auto two = int64s("two", {2});
+          auto rows = [&](const std::string& from, int64_t first, int64_t axis,
+                          const std::string& name) {
+            return g.node(
+                "Slice",
+                {from, int64s(name + "_start", {first}), end, int64s(name + "_axis", {axis}), two},
+                {}, name);
+          };
+          auto even = rows(x, 0, 1, "even"), odd = rows(x, 1, 1, "odd");
+          auto merged = g.node("Concat",
+                               {rows(even, 0, 2, "x0"), rows(odd, 0, 2, "x1"),
+                                rows(even, 1, 2, "x2"), rows(odd, 1, 2, "x3")},
+                               {{"axis", ir::Attribute{int64_t{-1}}}}, "merge");
+          g.output(g.node("Relu", {merged}, {}, "relu"));
+          return g.take();
+        },
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.layersOf("Gather").size(), 1u) << base.summary();
+          EXPECT_FALSE(base.hasOp("Slice")) << base.summary();
+          EXPECT_FALSE(base.hasOp("Concat")) << base.summary();
+          EXPECT_EQ(changed.layersOf("Slice").size(), 6u) << changed.summary();
+          EXPECT_EQ(changed.layer("merge").op, "Concat") << changed.summary();
+          ASSERT_EQ(base.outputs.size(), 1u);
+          ASSERT_EQ(changed.outputs.size(), 1u);
+          ASSERT_EQ(base.outputs[0].elementCount(), changed.outputs[0].elementCount());
+          for (int64_t i = 0; i < base.outputs[0].elementCount(); ++i) {
+            ASSERT_EQ(base.outputs[0].elementAsDouble(i), changed.outputs[0].elementAsDouble(i));
+          }
+        },
+});
+
+KILN_KNOB_EFFECT({
     .knob = "graph.recognize_layernorm",
     .value = "off",
     .shows = "the exporter's nine-node layer norm stays nine layers",

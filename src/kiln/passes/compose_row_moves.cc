@@ -15,8 +15,14 @@
 // output), each one of: Gather with constant indices along an axis other than the last,
 // Transpose that keeps the last axis last, and Reshape, Flatten, Squeeze, Unsqueeze or Identity
 // that keep the last dimension (which, row-major, keeps every row whole). Rewritten when it holds
-// at least two copies (Gathers and non-identity Transposes); a chain that puts every row back
-// where it was becomes a Reshape.
+// at least two copies (Gathers, Slices that select and non-identity Transposes); a chain that
+// puts every row back where it was becomes a Reshape. Slices count as row moves when their
+// starts, ends, axes and steps are constants and they keep the last axis whole.
+//
+// A Concat along the last axis whose parts all come from one tensor through row moves only it
+// reads is one Gather too (graph.compose_row_moves.concats): viewed as rows of the tensor's
+// width, it interleaves its parts' rows. Swin's patch merging (x[..., 0::2, 0::2, :] and its
+// three siblings, as six Slices, concatenated along the channels) is the case in point.
 #include <algorithm>
 #include <numeric>
 #include <optional>
@@ -33,6 +39,15 @@ const knobs::Knob kComposeRowMoves = knobs::declareKnob({
     .help = "compose a chain of Gathers (constant indices), Transposes and reshapes that keep "
             "the last axis whole (Swin's cyclic shift and window partition) into one Gather of "
             "rows",
+});
+
+const knobs::Knob kComposeConcatsOfRows = knobs::declareKnob({
+    .name = "graph.compose_row_moves.concats",
+    .kind = knobs::KnobKind::kBool,
+    .defaultValue = "on",
+    .help = "with graph.compose_row_moves, also a Concat along the last axis of parts that are "
+            "row moves of one tensor (Swin's patch merging: six Slices and a Concat) into one "
+            "Gather of rows",
 });
 
 namespace {
@@ -142,6 +157,65 @@ std::optional<Rows> applyRowMove(const ir::Node& node, const Rows& rows, int64_t
     if (out.dims != outRows) return std::nullopt;
     return out;
   }
+  if (op == "Slice") {
+    // Opset 10 on: starts, ends, axes and steps as inputs, here constants; every axis but the last
+    // selects rows, the last must be kept whole.
+    auto ints = [&](size_t i) -> std::optional<std::vector<int64_t>> {
+      const ir::Value* v = node.input(i);
+      if (!v) return std::vector<int64_t>{};
+      if (!v->constant) return std::nullopt;
+      return v->constant->toInt64Vector();
+    };
+    std::optional<std::vector<int64_t>> starts = ints(1), ends = ints(2), axes = ints(3),
+                                        steps = ints(4);
+    if (!node.input(1) || !node.input(2) || !starts || !ends || !axes || !steps ||
+        starts->size() != ends->size()) {
+      return std::nullopt;
+    }
+    if (axes->empty()) {
+      axes->resize(starts->size());
+      std::iota(axes->begin(), axes->end(), int64_t{0});
+    }
+    if (steps->empty()) steps->assign(starts->size(), 1);
+    if (axes->size() != starts->size() || steps->size() != starts->size()) return std::nullopt;
+    Rows out = rows;
+    copies = false;
+    std::vector<bool> seen(rank, false);
+    for (size_t k = 0; k < starts->size(); ++k) {
+      auto axis = ir::normalizeAxis((*axes)[k], static_cast<int64_t>(rank));
+      const int64_t step = (*steps)[k];
+      if (!axis.isOk() || seen[static_cast<size_t>(*axis)] || step == 0) return std::nullopt;
+      seen[static_cast<size_t>(*axis)] = true;
+      const int64_t dim =
+          *axis == static_cast<int64_t>(rank) - 1 ? columns : out.dims[static_cast<size_t>(*axis)];
+      // ONNX's clamping: negative positions count from the end; a positive step runs over
+      // [0, dim], a negative one from at most dim - 1 down to at least -1 (exclusive).
+      int64_t start = (*starts)[k], end = (*ends)[k];
+      if (start < 0) start = start < -dim ? 0 : start + dim;
+      if (end < 0) end = end < -dim ? (step > 0 ? 0 : -1) : end + dim;
+      if (step > 0) {
+        start = std::min(start, dim);
+        end = std::min(end, dim);
+      } else {
+        start = std::min(start, dim - 1);
+        end = std::min(end, dim - 1);
+      }
+      std::vector<int64_t> indices;
+      for (int64_t i = start; step > 0 ? i < end : i > end; i += step) indices.push_back(i);
+      const bool whole = static_cast<int64_t>(indices.size()) == dim &&
+                         (dim == 0 || (indices.front() == 0 && step == 1));
+      if (*axis == static_cast<int64_t>(rank) - 1) {
+        if (!whole) return std::nullopt;  // the rows themselves are cut
+        continue;
+      }
+      if (whole) continue;
+      copies = true;
+      const int64_t count = static_cast<int64_t>(indices.size());
+      out = gatherRows(out, static_cast<size_t>(*axis), indices, {count});
+    }
+    if (out.dims != outRows) return std::nullopt;
+    return out;
+  }
   if (op == "Gather") {
     auto axis = node.getInt("axis", 0);
     if (!axis.isOk()) return std::nullopt;
@@ -180,6 +254,158 @@ std::string uniqueNodeName(const std::unordered_set<std::string>& taken, const s
   return name;
 }
 
+// Makes `last` (a node whose output `result` holds rows of `source`'s last axis, `columns` wide)
+// the Reshape of one Gather of the rows `rows` names from `source` (read as [rows, columns]),
+// or the Reshape of `source` itself where the rows are where they began. The new nodes go before
+// `last`, named after it; `last` keeps its output (so its readers) and its name. Says which.
+const char* rewriteAsRowGather(ir::Graph& graph, std::unordered_set<std::string>& names,
+                               ir::Value* source, int64_t columns, const std::vector<int64_t>& rows,
+                               ir::Node* last) {
+  ir::Value* result = last->outputs[0];
+  const int64_t rowsIn = product(source->shape.dims(), 0, source->shape.rank() - 1);
+  const auto rowsOut = static_cast<int64_t>(rows.size());
+  std::vector<int64_t> identity(static_cast<size_t>(rowsIn));
+  std::iota(identity.begin(), identity.end(), int64_t{0});
+  const bool unmoved = rows == identity;
+  const int opset = graph.opsetImports.count("") ? graph.opsetImports.at("") : 18;
+  // A new node before `last` reading `input` and an int64 constant (a Reshape's shape, a
+  // Gather's indices), writing one value of the source's type and `shape`.
+  auto addMove = [&](const char* op, const std::string& suffix, ir::Value* input,
+                     const std::vector<int64_t>& constant, const std::string& constantSuffix,
+                     const ir::Shape& shape) {
+    ir::Node* node = graph.insertNode(op, last);
+    node->name = uniqueNodeName(names, last->name + suffix);
+    names.insert(node->name);
+    node->opsetVersion = opset;
+    ir::Value* out = graph.addUniqueValue(node->name + "_output");
+    out->dtype = source->dtype;
+    out->shape = shape;
+    out->hasType = true;
+    out->producer = node;
+    node->inputs = {input, constantInt64(graph, node->name + constantSuffix, constant)};
+    node->outputs = {out};
+    return node;
+  };
+  ir::Value* gathered = source;
+  if (!unmoved) {
+    // Reshape to [rows, columns] (unless it is already), then the one Gather of rows.
+    ir::Value* flat = source;
+    const ir::Shape flatShape({rowsIn, columns});
+    if (source->shape != flatShape) {
+      flat =
+          addMove("Reshape", "_rows_in", source, flatShape.dims(), "_shape", flatShape)->outputs[0];
+    }
+    ir::Node* gather =
+        addMove("Gather", "_rows", flat, rows, "_indices", ir::Shape({rowsOut, columns}));
+    gather->attributes = {{"axis", ir::Attribute{int64_t{0}}}};
+    gathered = gather->outputs[0];
+  }
+  last->opType = "Reshape";
+  last->domain.clear();
+  last->opsetVersion = opset;
+  last->attributes.clear();
+  last->inputs = {gathered, constantInt64(graph, last->name + "_shape", result->shape.dims())};
+  return unmoved ? "a Reshape (the rows end where they began)" : "one Gather of rows";
+}
+
+const std::unordered_set<std::string> kRowMoves = {"Gather",  "Slice",   "Transpose", "Reshape",
+                                                   "Flatten", "Squeeze", "Unsqueeze", "Identity"};
+
+// Concats along the last axis whose parts are each rows of one source, moved by row moves the
+// Concat alone reads (Swin's patch merging: x[..., 0::2, 0::2, :] and its three siblings, six
+// Slices in all, concatenated along the channels): viewed as rows of the source's width, the
+// Concat interleaves its parts' rows, so the whole is one Gather of rows.
+void composeConcatsOfRows(ir::Graph& graph, PassContext& context,
+                          std::unordered_set<std::string>& names) {
+  std::vector<ir::Node*> concats;
+  for (const auto& node : graph.nodes()) {
+    if (node->opType == "Concat" && node->domain.empty()) concats.push_back(node.get());
+  }
+  std::unordered_set<const ir::Node*> removed;
+  for (ir::Node* concat : concats) {
+    if (concat->inputs.size() < 2 || concat->outputs.size() != 1 ||
+        !staticShape(concat->outputs[0]) || !staticShape(concat->input(0))) {
+      continue;
+    }
+    const auto rank = static_cast<int64_t>(concat->outputs[0]->shape.rank());
+    auto axis = concat->getInt("axis", 0);
+    if (!axis.isOk() || rank < 2) continue;
+    auto normalized = ir::normalizeAxis(*axis, rank);
+    if (!normalized.isOk() || *normalized != rank - 1) continue;
+    const ir::Shape& partShape = concat->input(0)->shape;
+    const int64_t columns = partShape.dims().back();
+    bool ok = true;
+    for (const ir::Value* part : concat->inputs) ok = ok && part && part->shape == partShape;
+    if (!ok || columns <= 0) continue;
+    // Each part back to the first value no row move made: the source, the same for all.
+    ir::Value* source = nullptr;
+    std::vector<std::vector<ir::Node*>> paths;
+    std::unordered_set<const ir::Node*> members;
+    for (ir::Value* part : concat->inputs) {
+      std::vector<ir::Node*> path;
+      ir::Value* at = part;
+      while (at->producer && at->producer->domain.empty() &&
+             kRowMoves.count(at->producer->opType) && at->producer->outputs.size() == 1 &&
+             at->producer->input(0) && !removed.count(at->producer)) {
+        path.insert(path.begin(), at->producer);
+        at = at->producer->input(0);
+      }
+      if (source && at != source) ok = false;
+      source = at;
+      members.insert(path.begin(), path.end());
+      paths.push_back(std::move(path));
+    }
+    if (!ok || !staticShape(source) || source->shape.dims().back() != columns ||
+        source->shape.elementCount() / columns > kMaxRows) {
+      continue;
+    }
+    // Every value on the way is read by the Concat's own moves alone.
+    for (const ir::Node* node : members) {
+      const ir::Value* out = node->outputs[0];
+      if (graph.isGraphOutput(out)) ok = false;
+      for (const ir::Node* reader : graph.consumers(out)) {
+        if (reader != concat && !members.count(reader)) ok = false;
+      }
+    }
+    if (!ok) continue;
+    // The rows of each part, then the Concat's as [part rows..., parts].
+    std::vector<Rows> parts;
+    int copies = 1;  // the Concat's
+    std::unordered_set<const ir::Node*> counted;
+    for (const std::vector<ir::Node*>& path : paths) {
+      Rows rows;
+      rows.dims.assign(source->shape.dims().begin(), source->shape.dims().end() - 1);
+      rows.values.resize(static_cast<size_t>(product(rows.dims)));
+      std::iota(rows.values.begin(), rows.values.end(), int64_t{0});
+      for (const ir::Node* node : path) {
+        bool copying = false;
+        std::optional<Rows> next = applyRowMove(*node, rows, columns, copying);
+        if (!next) {
+          ok = false;
+          break;
+        }
+        rows = std::move(*next);
+        if (copying && counted.insert(node).second) ++copies;
+      }
+      if (!ok) break;
+      parts.push_back(std::move(rows));
+    }
+    if (!ok || copies < 2) continue;
+    std::vector<int64_t> values;
+    values.reserve(parts[0].values.size() * parts.size());
+    for (size_t r = 0; r < parts[0].values.size(); ++r) {
+      for (const Rows& part : parts) values.push_back(part.values[r]);
+    }
+    const char* into = rewriteAsRowGather(graph, names, source, columns, values, concat);
+    removed.insert(members.begin(), members.end());
+    context.note(
+        "composed a Concat of {} parts along the last axis and its {} row moves from "
+        "'{}' into {}",
+        paths.size(), members.size(), source->name, into);
+  }
+  graph.removeNodes([&](const ir::Node& node) { return removed.count(&node) > 0; });
+}
+
 }  // namespace
 
 Status composeRowMoves(ir::Graph& graph, PassContext& context) {
@@ -190,8 +416,6 @@ Status composeRowMoves(ir::Graph& graph, PassContext& context) {
     names.insert(node->name);
   }
   std::unordered_set<const ir::Node*> inChain, removed;
-  static const std::unordered_set<std::string> kRowMoves = {
-      "Gather", "Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"};
   for (ir::Node* first : nodes) {
     if (inChain.count(first) || !first->domain.empty() || !kRowMoves.count(first->opType) ||
         !staticShape(first->input(0)) ||
@@ -227,60 +451,17 @@ Status composeRowMoves(ir::Graph& graph, PassContext& context) {
     if (copies < 2) continue;
 
     ir::Node* last = chain.back();
-    ir::Value* result = last->outputs[0];
-    const int64_t rowsIn = product(source->shape.dims(), 0, source->shape.rank() - 1);
-    const auto rowsOut = static_cast<int64_t>(rows.values.size());
-    std::vector<int64_t> identity(static_cast<size_t>(rowsIn));
-    std::iota(identity.begin(), identity.end(), int64_t{0});
-    const bool unmoved = rows.values == identity;
-    const int opset = graph.opsetImports.count("") ? graph.opsetImports.at("") : 18;
-    // A new node before `last` reading `input` and an int64 constant (a Reshape's shape, a
-    // Gather's indices), writing one value of the source's type and `shape`.
-    auto addMove = [&](const char* op, const std::string& suffix, ir::Value* input,
-                       const std::vector<int64_t>& constant, const std::string& constantSuffix,
-                       const ir::Shape& shape) {
-      ir::Node* node = graph.insertNode(op, last);
-      node->name = uniqueNodeName(names, last->name + suffix);
-      names.insert(node->name);
-      node->opsetVersion = opset;
-      ir::Value* out = graph.addUniqueValue(node->name + "_output");
-      out->dtype = source->dtype;
-      out->shape = shape;
-      out->hasType = true;
-      out->producer = node;
-      node->inputs = {input, constantInt64(graph, node->name + constantSuffix, constant)};
-      node->outputs = {out};
-      return node;
-    };
-    ir::Value* gathered = source;
-    if (!unmoved) {
-      // Reshape to [rows, columns] (unless it is already), then the one Gather of rows.
-      ir::Value* flat = source;
-      const ir::Shape flatShape({rowsIn, columns});
-      if (source->shape != flatShape) {
-        flat = addMove("Reshape", "_rows_in", source, flatShape.dims(), "_shape", flatShape)
-                   ->outputs[0];
-      }
-      ir::Node* gather =
-          addMove("Gather", "_rows", flat, rows.values, "_indices", ir::Shape({rowsOut, columns}));
-      gather->attributes = {{"axis", ir::Attribute{int64_t{0}}}};
-      gathered = gather->outputs[0];
-    }
-    // The last node of the chain becomes the Reshape to the chain's output shape, in place: it
-    // keeps its output (and so its readers) and its name.
-    last->opType = "Reshape";
-    last->domain.clear();
-    last->opsetVersion = opset;
-    last->attributes.clear();
-    last->inputs = {gathered, constantInt64(graph, last->name + "_shape", result->shape.dims())};
+    const std::string resultName = last->outputs[0]->name;
+    const char* into = rewriteAsRowGather(graph, names, source, columns, rows.values, last);
     for (ir::Node* node : chain) {
       if (node != last) removed.insert(node);
     }
     context.note("composed {} row moves ({} copies) from '{}' to '{}' into {}", chain.size(),
-                 copies, source->name, result->name,
-                 unmoved ? "a Reshape (the rows end where they began)" : "one Gather of rows");
+                 copies, source->name, resultName, into);
   }
   graph.removeNodes([&](const ir::Node& node) { return removed.count(&node) > 0; });
+  if (context.route.value(kComposeConcatsOfRows) == "on")
+    composeConcatsOfRows(graph, context, names);
   return Status::ok();
 }
 
