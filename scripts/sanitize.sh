@@ -20,7 +20,7 @@ build="$root/build-sanitize"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" -DKILN_SANITIZE=address,undefined -DKILN_FUZZ=ON \
   -DKILN_CUDA=OFF -DKILN_BUILD_BENCH=OFF -DKILN_WERROR=ON -DKILN_FUZZ_SECONDS="$fuzz_seconds" >/dev/null
-harnesses=(onnx_import_fuzz npy_fuzz route_fuzz engine_fuzz store_fuzz)
+harnesses=(onnx_import_fuzz npy_fuzz route_fuzz engine_fuzz store_fuzz passes_fuzz)
 cmake --build "$build" --target kiln_unit_tests kiln_pass_tests kiln_conformance "${harnesses[@]}"
 
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1:strict_string_checks=1"
