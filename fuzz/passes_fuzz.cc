@@ -2,7 +2,8 @@
 // generator of valid graphs over the data movements and simple arithmetic the passes rewrite
 // (Transpose, Reshape, Gather, Slice, Concat, Neg, Relu, Abs, Add, of one to four axes of up to
 // four elements), written as ONNX text and imported (shape inference decides what is valid).
-// The whole CPU pipeline then runs on a copy with the default route, and the reference executor
+// The whole pass pipeline then runs on a copy (for the CPU or the CUDA backend, with the default
+// route or one with a pass turned off), and the reference executor
 // runs both graphs on the same seeded inputs: a pipeline error on a graph that imported, or an
 // output that differs, aborts (libFuzzer keeps the input). The ops chosen move and negate
 // values exactly, so the outputs must be equal, not close.
@@ -240,10 +241,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!original.isOk()) return 0;  // shape inference refused it: not a graph to compare
   auto transformed = kiln::onnx::importModelFromText(text);
   if (!transformed.isOk()) fail(text, "the second import failed");
-  auto route = kiln::knobs::Route::parse("");
-  if (!route.isOk()) fail(text, "the empty route does not parse");
-  auto records = kiln::passes::runPipeline(transformed->graph, *route);
-  if (!records.isOk()) fail(text, "the pipeline failed: " + records.status().message());
+  // The route and the backend the pipeline builds for, from the bytes left: the passes with one
+  // of their neighbours off meet graphs they otherwise never see.
+  static const char* const kRoutes[] = {"",
+                                        "-graph.compose_row_moves=off",
+                                        "-graph.compose_row_moves.concats=off",
+                                        "-graph.concat_slices_to_gather=off",
+                                        "-graph.simplify_transpose_reshape=off",
+                                        "-graph.eliminate_noops=off",
+                                        "-fusion.eltwise_chain=off"};
+  const char* routeText = kRoutes[bytes.below(std::size(kRoutes))];
+  auto route = kiln::knobs::Route::parse(routeText);
+  if (!route.isOk()) fail(text, std::string("the route does not parse: ") + routeText);
+  kiln::passes::PipelineOptions options;
+  options.backend = bytes.below(2) ? "cuda" : "cpu";
+  auto records = kiln::passes::runPipeline(transformed->graph, *route, options);
+  if (!records.isOk()) {
+    fail(text, fmt::format("the pipeline failed ({}, route '{}'): {}", options.backend, routeText,
+                           records.status().message()));
+  }
 
   std::vector<kiln::ir::Tensor> inputs;
   std::mt19937 rng(7);
@@ -273,9 +289,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     for (int64_t i = 0; i < e.elementCount(); ++i) {
       if (e.elementAsDouble(i) != a.elementAsDouble(i)) {
-        fail(text, fmt::format("output {} element {}: {} after the passes, {} before\nafter:\n{}",
-                               o, i, a.elementAsDouble(i), e.elementAsDouble(i),
-                               kiln::ir::printGraph(transformed->graph)));
+        fail(text, fmt::format("output {} element {}: {} after the passes ({}, route '{}'), {} "
+                               "before\nafter:\n{}",
+                               o, i, a.elementAsDouble(i), options.backend, routeText,
+                               e.elementAsDouble(i), kiln::ir::printGraph(transformed->graph)));
       }
     }
   }
