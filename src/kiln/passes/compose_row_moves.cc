@@ -29,6 +29,7 @@
 #include <unordered_set>
 
 #include "kiln/passes/passes.h"
+#include "kiln/passes/slices.h"
 
 namespace kiln::passes {
 
@@ -73,6 +74,15 @@ bool staticShape(const ir::Value* value) {
   if (!value || !value->hasType || value->shape.rank() == 0) return false;
   const auto& dims = value->shape.dims();
   return std::all_of(dims.begin(), dims.end(), [](int64_t d) { return d >= 0; });
+}
+
+// The rows of `value` (static, rank 1 or more) where they are: row i holds row i.
+Rows identityRows(const ir::Value& value) {
+  Rows rows;
+  rows.dims.assign(value.shape.dims().begin(), value.shape.dims().end() - 1);
+  rows.values.resize(static_cast<size_t>(product(rows.dims)));
+  std::iota(rows.values.begin(), rows.values.end(), int64_t{0});
+  return rows;
 }
 
 Rows transposeRows(const Rows& in, const std::vector<int64_t>& perm) {
@@ -158,59 +168,31 @@ std::optional<Rows> applyRowMove(const ir::Node& node, const Rows& rows, int64_t
     return out;
   }
   if (op == "Slice") {
-    // Opset 10 on: starts, ends, axes and steps as inputs, here constants; every axis but the last
-    // selects rows, the last must be kept whole.
-    auto ints = [&](size_t i) -> std::optional<std::vector<int64_t>> {
-      const ir::Value* v = node.input(i);
-      if (!v) return std::vector<int64_t>{};
-      if (!v->constant) return std::nullopt;
-      return v->constant->toInt64Vector();
-    };
-    std::optional<std::vector<int64_t>> starts = ints(1), ends = ints(2), axes = ints(3),
-                                        steps = ints(4);
-    if (!node.input(1) || !node.input(2) || !starts || !ends || !axes || !steps ||
-        starts->size() != ends->size()) {
-      return std::nullopt;
-    }
-    if (axes->empty()) {
-      axes->resize(starts->size());
-      std::iota(axes->begin(), axes->end(), int64_t{0});
-    }
-    if (steps->empty()) steps->assign(starts->size(), 1);
-    if (axes->size() != starts->size() || steps->size() != starts->size()) return std::nullopt;
+    // Every axis but the last selects rows; the last must be kept whole. Opset 10 on only: the
+    // attribute form of older Slices is not taken.
+    std::optional<SliceParameters> p =
+        node.opsetVersion >= 10 ? sliceParameters(node) : std::nullopt;
+    if (!p) return std::nullopt;
     Rows out = rows;
     copies = false;
     std::vector<bool> seen(rank, false);
-    for (size_t k = 0; k < starts->size(); ++k) {
-      auto axis = ir::normalizeAxis((*axes)[k], static_cast<int64_t>(rank));
-      const int64_t step = (*steps)[k];
+    for (size_t k = 0; k < p->starts.size(); ++k) {
+      auto axis = ir::normalizeAxis(p->axes[k], static_cast<int64_t>(rank));
+      const int64_t step = p->steps[k];
       if (!axis.isOk() || seen[static_cast<size_t>(*axis)] || step == 0) return std::nullopt;
       seen[static_cast<size_t>(*axis)] = true;
-      const int64_t dim =
-          *axis == static_cast<int64_t>(rank) - 1 ? columns : out.dims[static_cast<size_t>(*axis)];
-      // ONNX's clamping: negative positions count from the end; a positive step runs over
-      // [0, dim], a negative one from at most dim - 1 down to at least -1 (exclusive).
-      int64_t start = (*starts)[k], end = (*ends)[k];
-      if (start < 0) start = start < -dim ? 0 : start + dim;
-      if (end < 0) end = end < -dim ? (step > 0 ? 0 : -1) : end + dim;
-      if (step > 0) {
-        start = std::min(start, dim);
-        end = std::min(end, dim);
-      } else {
-        start = std::min(start, dim - 1);
-        end = std::min(end, dim - 1);
-      }
-      std::vector<int64_t> indices;
-      for (int64_t i = start; step > 0 ? i < end : i > end; i += step) indices.push_back(i);
+      const bool last = *axis == static_cast<int64_t>(rank) - 1;
+      const int64_t dim = last ? columns : out.dims[static_cast<size_t>(*axis)];
+      std::vector<int64_t> indices = selectedPositions(dim, p->starts[k], p->ends[k], step);
       const bool whole = static_cast<int64_t>(indices.size()) == dim &&
                          (dim == 0 || (indices.front() == 0 && step == 1));
-      if (*axis == static_cast<int64_t>(rank) - 1) {
+      if (last) {
         if (!whole) return std::nullopt;  // the rows themselves are cut
         continue;
       }
       if (whole) continue;
       copies = true;
-      const int64_t count = static_cast<int64_t>(indices.size());
+      const auto count = static_cast<int64_t>(indices.size());
       out = gatherRows(out, static_cast<size_t>(*axis), indices, {count});
     }
     if (out.dims != outRows) return std::nullopt;
@@ -264,9 +246,7 @@ const char* rewriteAsRowGather(ir::Graph& graph, std::unordered_set<std::string>
   ir::Value* result = last->outputs[0];
   const int64_t rowsIn = product(source->shape.dims(), 0, source->shape.rank() - 1);
   const auto rowsOut = static_cast<int64_t>(rows.size());
-  std::vector<int64_t> identity(static_cast<size_t>(rowsIn));
-  std::iota(identity.begin(), identity.end(), int64_t{0});
-  const bool unmoved = rows == identity;
+  const bool unmoved = rows == identityRows(*source).values;
   const int opset = graph.opsetImports.count("") ? graph.opsetImports.at("") : 18;
   // A new node before `last` reading `input` and an int64 constant (a Reshape's shape, a
   // Gather's indices), writing one value of the source's type and `shape`.
@@ -373,10 +353,7 @@ void composeConcatsOfRows(ir::Graph& graph, PassContext& context,
     int copies = 1;  // the Concat's
     std::unordered_set<const ir::Node*> counted;
     for (const std::vector<ir::Node*>& path : paths) {
-      Rows rows;
-      rows.dims.assign(source->shape.dims().begin(), source->shape.dims().end() - 1);
-      rows.values.resize(static_cast<size_t>(product(rows.dims)));
-      std::iota(rows.values.begin(), rows.values.end(), int64_t{0});
+      Rows rows = identityRows(*source);
       for (const ir::Node* node : path) {
         bool copying = false;
         std::optional<Rows> next = applyRowMove(*node, rows, columns, copying);
@@ -426,10 +403,7 @@ Status composeRowMoves(ir::Graph& graph, PassContext& context) {
     }
     ir::Value* source = first->input(0);
     const int64_t columns = source->shape.dims().back();
-    Rows rows;
-    rows.dims.assign(source->shape.dims().begin(), source->shape.dims().end() - 1);
-    rows.values.resize(static_cast<size_t>(product(rows.dims)));
-    std::iota(rows.values.begin(), rows.values.end(), int64_t{0});
+    Rows rows = identityRows(*source);
     std::vector<ir::Node*> chain;
     int copies = 0;
     for (ir::Node* node = first; node;) {

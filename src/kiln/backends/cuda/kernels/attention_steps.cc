@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "kiln/backends/cuda/kernels/attention.h"
@@ -193,16 +194,24 @@ Operands operandsOf(const Context& c, const Step& step, const ir::AttentionGeome
           c.address(*step.outputs[0]) + g.y.base * size};
 }
 
+// A copy of `host` in device memory the plan keeps (`what` names it in an allocation failure);
+// null when `host` is empty.
+template <typename E>
+Result<const E*> uploadVector(PrepareContext& prepare, const std::vector<E>& host,
+                              std::string_view what) {
+  if (host.empty()) return static_cast<const E*>(nullptr);
+  const int64_t bytes = static_cast<int64_t>(host.size() * sizeof(E));
+  KILN_ASSIGN_OR_RETURN(std::byte * device, prepare.allocate(bytes, what));
+  KILN_CUDA_CHECK(
+      cudaMemcpy(device, host.data(), static_cast<size_t>(bytes), cudaMemcpyHostToDevice));
+  return reinterpret_cast<const E*>(device);
+}
+
 // The mask's per-batch-entry offsets (AttentionGeometry::maskBatchOffsets) in device memory the
 // plan keeps, for either tactic's kernel; null without a mask or batch entries.
 Result<const int64_t*> uploadMaskOffsets(PrepareContext& prepare, const ir::AttentionGeometry& g) {
   if (!g.hasMask || g.batch <= 0) return static_cast<const int64_t*>(nullptr);
-  const int64_t bytes = g.batch * static_cast<int64_t>(sizeof(int64_t));
-  KILN_ASSIGN_OR_RETURN(std::byte * offsets,
-                        prepare.allocate(bytes, "kiln.Attention's mask offsets"));
-  KILN_CUDA_CHECK(cudaMemcpy(offsets, g.maskBatchOffsets.data(), static_cast<size_t>(bytes),
-                             cudaMemcpyHostToDevice));
-  return reinterpret_cast<const int64_t*>(offsets);
+  return uploadVector(prepare, g.maskBatchOffsets, "kiln.Attention's mask offsets");
 }
 
 // The mask (input 3) as the kernels read it, with its offsets' device copy; none without one.
@@ -384,14 +393,8 @@ class FlashAttentionStep final : public Step {
           device.name, device.computeMajor, device.computeMinor);
     }
     KILN_ASSIGN_OR_RETURN(maskOffsets_, uploadMaskOffsets(prepare, g_));
-    if (!keyTiles_.empty()) {
-      const int64_t bytes = static_cast<int64_t>(keyTiles_.size() * sizeof(int32_t));
-      KILN_ASSIGN_OR_RETURN(std::byte * tiles,
-                            prepare.allocate(bytes, "the flash kernel's key tiles"));
-      KILN_CUDA_CHECK(
-          cudaMemcpy(tiles, keyTiles_.data(), static_cast<size_t>(bytes), cudaMemcpyHostToDevice));
-      deviceKeyTiles_ = reinterpret_cast<const int32_t*>(tiles);
-    }
+    KILN_ASSIGN_OR_RETURN(deviceKeyTiles_,
+                          uploadVector(prepare, keyTiles_, "the flash kernel's key tiles"));
     return cudaStatus(configureFlashAttention(args(prepare.context)),
                       "the flash attention kernel's shared memory limit");
   }
