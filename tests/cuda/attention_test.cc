@@ -492,8 +492,10 @@ TEST(CudaAttention, FlashSkipsTheKeyTilesAConstantMaskHides) {
         SCOPED_TRACE(c.name + " " + type.name + " transpose_k=" + std::to_string(transposeK));
         std::vector<OpInput> inputs = flashInputs({1, 2}, c.sq, c.skv, 64, transposeK, seed += 4);
         inputs.push_back({mask, true});
-        const std::string route =
-            kFlashRoute + " -cuda.attention.flash.warps=" + std::string(c.warps);
+        // Split keys off: with them, walking every tile would split other ranges.
+        const std::string route = kFlashRoute +
+                                  " -cuda.attention.flash.warps=" + std::string(c.warps) +
+                                  " -cuda.attention.flash.split=off";
         CudaOpCase skipping =
             flashAttention(std::move(inputs), flashAttributes(64, transposeK, c.nanToZero));
         skipping.route = route;
@@ -511,6 +513,96 @@ TEST(CudaAttention, FlashSkipsTheKeyTilesAConstantMaskHides) {
         EXPECT_EQ(std::memcmp(got.rawData(), all.rawData(), got.byteSize()), 0);
       }
     }
+  }
+}
+
+// cuda.attention.flash.split: a query block's key tiles over several CTAs, their partial rows
+// merged by the combine kernel. Each case against the reference at 1, 2 and 4 tiles a CTA and
+// auto, with the split the detail says:
+// - causal masks (constant, so the ranges are the skipped ones: 1 to 8 tiles a block), with 2
+//   and 8 warps;
+// - 11 tiles unmasked, 200 queries and 700 keys (a partial last tile), K and K';
+// - a runtime mask with rows all -inf (NaN, or zeros with nan_to_zero), a row -inf over its first
+//   tile only and one over its second only: parts that see no finite score must add nothing.
+// A split that splits nothing (4 tiles a CTA over 4 tiles) gives the bits of no split.
+TEST(CudaAttention, FlashSplitsLongKeyRanges) {
+  struct Case {
+    std::string name;
+    int64_t sq, skv;
+    const char* warps;
+    bool causal, transposeK;
+    const char* split;
+    const char* detail;  // in the step's detail
+  };
+  const std::vector<Case> cases = {
+      {"causal_512", 512, 512, "4", true, true, "2",
+       "keys split over 20 CTAs an entry (at most 2 tiles each; 18 parts merged into 6 of the 8 "
+       "blocks)"},
+      {"causal_512_auto", 512, 512, "4", true, false, "auto",
+       "keys split over 20 CTAs an entry (at most 2 tiles each; 18 parts merged into 6 of the 8 "
+       "blocks)"},
+      {"causal_512_one", 512, 512, "4", true, true, "1",
+       "keys split over 36 CTAs an entry (at most 1 tile each; 35 parts merged into 7 of the 8 "
+       "blocks)"},
+      // 16 blocks of 32 rows walking r / 2 + 1 tiles: those of 5 to 8 in two parts.
+      {"causal_512_2warps", 512, 512, "2", true, true, "4",
+       "keys split over 24 CTAs an entry (at most 4 tiles each; 16 parts merged into 8 of the 16 "
+       "blocks)"},
+      // 4 blocks of 128 rows walking 2, 4, 6 and 8 tiles.
+      {"causal_512_8warps", 512, 512, "8", true, true, "1",
+       "keys split over 20 CTAs an entry (at most 1 tile each; 20 parts merged into 4 of the 4 "
+       "blocks)"},
+      {"long", 200, 700, "4", false, true, "4",
+       "keys split over 12 CTAs an entry (at most 4 tiles each; 12 parts merged into 4 of the 4 "
+       "blocks)"},
+      {"long_k_prime", 200, 700, "4", false, false, "2",
+       "keys split over 24 CTAs an entry (at most 2 tiles each; 24 parts merged into 4 of the 4 "
+       "blocks)"},
+  };
+  unsigned seed = 1700;
+  for (const Case& c : cases) {
+    for (const ReducedType& type : reducedTypes()) {
+      SCOPED_TRACE(c.name + " " + type.name);
+      std::vector<OpInput> inputs = flashInputs({1, 2}, c.sq, c.skv, 64, c.transposeK, seed += 4);
+      if (c.causal) inputs.push_back({causalMask(c.sq, c.skv), true});
+      CudaOpCase split = flashAttention(std::move(inputs), flashAttributes(64, c.transposeK));
+      split.route = kFlashRoute + " -cuda.attention.flash.warps=" + std::string(c.warps) +
+                    " -cuda.attention.flash.split=" + c.split;
+      expectReduced(split, type);
+      std::string detail;
+      runFlash(split, type, split.route, &detail);
+      EXPECT_NE(detail.find(c.detail), std::string::npos) << detail;
+    }
+  }
+  for (int nanToZero = 0; nanToZero < 2; ++nanToZero) {
+    for (const ReducedType& type : reducedTypes()) {
+      SCOPED_TRACE("masked rows, nan_to_zero=" + std::to_string(nanToZero) + " " + type.name);
+      std::vector<OpInput> inputs = flashInputs({2}, 70, 100, 64, true, seed += 4);
+      inputs.push_back({maskedRows(), false});
+      CudaOpCase split = flashAttention(std::move(inputs), flashAttributes(64, true, nanToZero));
+      split.route = kFlashRoute + " -cuda.attention.flash.split=1";
+      expectReduced(split, type);
+      std::string detail;
+      runFlash(split, type, split.route, &detail);
+      EXPECT_NE(detail.find("keys split over 4 CTAs an entry (at most 1 tile each; 4 parts "
+                            "merged into 2 of the 2 blocks)"),
+                std::string::npos)
+          << detail;
+    }
+  }
+  for (const ReducedType& type : reducedTypes()) {
+    SCOPED_TRACE("nothing to split " + type.name);
+    CudaOpCase c = flashAttention(flashInputs({1, 2}, 130, 256, 64, true, seed += 4),
+                                  flashAttributes(64, true));
+    std::string four, off;
+    const ir::Tensor got = runFlash(c, type, kFlashRoute + " -cuda.attention.flash.split=4", &four);
+    const ir::Tensor all =
+        runFlash(c, type, kFlashRoute + " -cuda.attention.flash.split=off", &off);
+    EXPECT_EQ(four, off);
+    EXPECT_EQ(four.find("keys split"), std::string::npos) << four;
+    if (!cuda::deviceAvailable()) continue;
+    ASSERT_EQ(got.byteSize(), all.byteSize());
+    EXPECT_EQ(std::memcmp(got.rawData(), all.rawData(), got.byteSize()), 0);
   }
 }
 

@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <optional>
 #include <string_view>
@@ -86,6 +87,23 @@ const knobs::Knob kAttentionFlashSkipMasked = knobs::declareKnob({
             "row NaN",
     .backends = {"cuda"},
     .perNode = true,
+    .changesNumerics = true,
+});
+
+const knobs::Knob kAttentionFlashSplit = knobs::declareKnob({
+    .name = "cuda.attention.flash.split",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"auto", "off", "1", "2", "4"},
+    .defaultValue = "auto",
+    .help = "the most key tiles (64 keys each) one CTA of the flash kernel walks: a query block "
+            "with more is split over several CTAs, whose partial rows a second kernel merges "
+            "(split-KV). auto: 2 where the kernel would otherwise launch fewer CTAs than the GPU "
+            "has SMs and some block walks more than 2 tiles (GPT-2's 96 causal blocks of up to "
+            "8 tiles at batch 1), else off; off: every block's keys in one CTA",
+    .backends = {"cuda"},
+    .perNode = true,
+    // The parts' sums are merged in another order, their probabilities rounded against their
+    // own running maxima.
     .changesNumerics = true,
 });
 
@@ -362,13 +380,66 @@ std::vector<int32_t> maskedKeyTiles(const ir::Tensor& mask, const ir::AttentionG
   return range;
 }
 
-// The fused kernel (flash_attention.h): no workspace, one launch.
+// Split keys (cuda.attention.flash.split) on the host: FlashAttentionArgs::work and ::combine,
+// and the slots of partial rows a batch entry needs. Empty where no block is split.
+struct FlashSplit {
+  std::vector<int32_t> work;     // {query block, first tile, end tile, slot} a CTA
+  std::vector<int32_t> combine;  // {query block, first slot, slots} a split block
+  int slots = 0;
+  int maxTiles = 0;  // the most tiles a CTA walks
+};
+
+// Splits each query block's range of key tiles (keyTiles' pairs, or every tile of `tiles` without
+// them) into as few parts of at most `maxTiles` tiles as it takes, of sizes differing by at most
+// one; the work items longest first (stable, so in block order among equals).
+FlashSplit splitKeyTiles(const std::vector<int32_t>& keyTiles, int64_t blocks, int64_t tiles,
+                         int maxTiles) {
+  FlashSplit split;
+  std::vector<std::array<int32_t, 4>> items;
+  for (int64_t block = 0; block < blocks; ++block) {
+    const int32_t first = keyTiles.empty() ? 0 : keyTiles[static_cast<size_t>(2 * block)];
+    const int32_t end = keyTiles.empty() ? static_cast<int32_t>(tiles)
+                                         : keyTiles[static_cast<size_t>(2 * block + 1)];
+    const int32_t length = end - first;
+    const int32_t parts = std::max<int32_t>(1, (length + maxTiles - 1) / maxTiles);
+    const auto id = static_cast<int32_t>(block);
+    if (parts == 1) {
+      items.push_back({id, first, end, -1});
+      continue;
+    }
+    split.combine.insert(split.combine.end(), {id, split.slots, parts});
+    int32_t from = first;
+    for (int32_t p = 0; p < parts; ++p) {
+      const int32_t size = length / parts + (p < length % parts ? 1 : 0);
+      items.push_back({id, from, from + size, split.slots++});
+      from += size;
+    }
+  }
+  if (split.combine.empty()) return {};
+  std::stable_sort(items.begin(), items.end(),
+                   [](const auto& a, const auto& b) { return a[2] - a[1] > b[2] - b[1]; });
+  for (const auto& item : items) {
+    split.work.insert(split.work.end(), item.begin(), item.end());
+    split.maxTiles = std::max(split.maxTiles, item[2] - item[1]);
+  }
+  return split;
+}
+
+// The fused kernel (flash_attention.h): one launch, or with split keys two (the flash kernel and
+// the combine kernel) and a workspace for the partial rows.
 class FlashAttentionStep final : public Step {
  public:
-  // keyTiles: FlashAttentionArgs::keyTiles on the host (empty: every tile).
+  // keyTiles: FlashAttentionArgs::keyTiles on the host (empty: every tile); split: the split of
+  // the blocks' keys (empty: none).
   FlashAttentionStep(ir::AttentionGeometry geometry, GemmType type, int warps,
-                     std::vector<int32_t> keyTiles)
-      : g_(std::move(geometry)), type_(type), warps_(warps), keyTiles_(std::move(keyTiles)) {
+                     std::vector<int32_t> keyTiles, FlashSplit split)
+      : g_(std::move(geometry)),
+        type_(type),
+        warps_(warps),
+        keyTiles_(std::move(keyTiles)),
+        split_(std::move(split)),
+        partialBytes_(alignUp(g_.batch * split_.slots * warps_ * 16 * g_.d *
+                              static_cast<int64_t>(sizeof(float)))) {
     tactic = "kiln.attention.flash";
   }
 
@@ -381,7 +452,22 @@ class FlashAttentionStep final : public Step {
       text += fmt::format(", {} of {} key tiles walked (the rest masked)", walked,
                           tiles * static_cast<int64_t>(keyTiles_.size() / 2));
     }
+    if (!split_.work.empty()) {
+      const int64_t blocks = (g_.sq + warps_ * 16 - 1) / (warps_ * 16);
+      text += fmt::format(
+          ", keys split over {} CTAs an entry (at most {} {} each; {} parts merged into {} of "
+          "the {} blocks)",
+          split_.work.size() / 4, split_.maxTiles, split_.maxTiles == 1 ? "tile" : "tiles",
+          split_.slots, split_.combine.size() / 3, blocks);
+    }
     return text;
+  }
+
+  // [partial rows (float, d a row) | their maxima and sums (2 floats a row)], with split keys.
+  int64_t workspaceBytes() const override {
+    if (split_.work.empty()) return 0;
+    return partialBytes_ +
+           alignUp(g_.batch * split_.slots * warps_ * 16 * 2 * static_cast<int64_t>(sizeof(float)));
   }
 
   Status prepare(PrepareContext& prepare) override {
@@ -395,11 +481,19 @@ class FlashAttentionStep final : public Step {
     KILN_ASSIGN_OR_RETURN(maskOffsets_, uploadMaskOffsets(prepare, g_));
     KILN_ASSIGN_OR_RETURN(deviceKeyTiles_,
                           uploadVector(prepare, keyTiles_, "the flash kernel's key tiles"));
+    KILN_ASSIGN_OR_RETURN(deviceWork_,
+                          uploadVector(prepare, split_.work, "the flash kernel's split keys"));
+    KILN_ASSIGN_OR_RETURN(deviceCombine_,
+                          uploadVector(prepare, split_.combine, "the flash kernel's split blocks"));
     return cudaStatus(configureFlashAttention(args(prepare.context)),
                       "the flash attention kernel's shared memory limit");
   }
 
   Status enqueue(const Context& context) const override {
+    if (context.workspaceBytes < workspaceBytes()) {
+      return internalError("kiln.Attention's split keys need {} bytes of workspace, have {}",
+                           workspaceBytes(), context.workspaceBytes);
+    }
     return cudaStatus(launchFlashAttention(args(context), context.stream),
                       "the flash attention kernel");
   }
@@ -432,6 +526,16 @@ class FlashAttentionStep final : public Step {
     a.nanToZero = g_.nanToZero;
     a.warps = warps_;
     a.keyTiles = deviceKeyTiles_;
+    if (!split_.work.empty()) {
+      a.work = deviceWork_;
+      a.works = static_cast<int>(split_.work.size() / 4);
+      a.slots = split_.slots;
+      a.partial = reinterpret_cast<float*>(context.workspace);
+      a.partialStats =
+          context.workspace ? reinterpret_cast<float*>(context.workspace + partialBytes_) : nullptr;
+      a.combine = deviceCombine_;
+      a.combines = static_cast<int>(split_.combine.size() / 3);
+    }
     return a;
   }
 
@@ -439,9 +543,29 @@ class FlashAttentionStep final : public Step {
   const GemmType type_;
   const int warps_;
   const std::vector<int32_t> keyTiles_;
+  const FlashSplit split_;
+  const int64_t partialBytes_;
   const int64_t* maskOffsets_ = nullptr;     // device copy of g_.maskBatchOffsets
   const int32_t* deviceKeyTiles_ = nullptr;  // device copy of keyTiles_
+  const int32_t* deviceWork_ = nullptr;      // device copy of split_.work
+  const int32_t* deviceCombine_ = nullptr;   // device copy of split_.combine
 };
+
+// The most key tiles a CTA walks under cuda.attention.flash.split for this node, 0 for no split.
+// auto: 2 where the unsplit kernel's CTAs (batch entries times query blocks) are fewer than the
+// device's SMs (132 on an H100 or H200, taken without a device), so that the longest blocks,
+// which set the kernel's time in a single wave, share their keys with otherwise idle SMs.
+int splitTilesFor(const std::string& value, const ir::AttentionGeometry& g, int64_t blockRows) {
+  if (value == "off") return 0;
+  if (value != "auto") return std::stoi(value);
+  constexpr int kAutoTiles = 2;
+  constexpr int kReferenceSms = 132;
+  const Result<DeviceInfo> device = currentDevice();
+  const int64_t sms =
+      device.isOk() && device->multiprocessors > 0 ? device->multiprocessors : kReferenceSms;
+  const int64_t ctas = g.batch * ((g.sq + blockRows - 1) / blockRows);
+  return ctas < sms ? kAutoTiles : 0;
+}
 
 // The storage type Q, K, V, the mask and the output share, if the products take it.
 std::optional<GemmType> sharedType(const ir::Node& node) {
@@ -472,8 +596,15 @@ std::unique_ptr<Step> makeAttentionStep(const ir::Node& node, const knobs::Route
         route.value(kAttentionFlashSkipMasked, &node) == "on") {
       keyTiles = maskedKeyTiles(*mask->constant, g, int64_t{warps} * 16);
     }
+    const int64_t blockRows = int64_t{warps} * 16;
+    FlashSplit split;
+    if (const int tiles = splitTilesFor(route.value(kAttentionFlashSplit, &node), g, blockRows);
+        tiles > 0) {
+      split = splitKeyTiles(keyTiles, (g.sq + blockRows - 1) / blockRows,
+                            (g.skv + kFlashKeyTile - 1) / kFlashKeyTile, tiles);
+    }
     return std::make_unique<FlashAttentionStep>(std::move(*geometry), *type, warps,
-                                                std::move(keyTiles));
+                                                std::move(keyTiles), std::move(split));
   }
   return std::make_unique<AttentionStep>(
       std::move(*geometry), *type, productOptionsFor(node, route),

@@ -59,6 +59,16 @@
 //
 // Operands not 16-byte aligned (the entry's origin, or a row stride not a multiple of 8) are
 // staged element by element with plain loads instead (slower, same result).
+//
+// Split keys (FlashAttentionArgs::work): a short batch launches fewer CTAs than the GPU has SMs,
+// all in one wave, and the longest query block (under GPT-2's causal mask the last, 8 tiles at
+// 512 keys) sets the kernel's time. With a work list, a long block's tiles are shared among
+// several CTAs: each runs the loop above over its part and, instead of normalising, leaves O, m
+// and the quad-summed l of its rows in float in the workspace; flashCombineKernel then rescales
+// every part to the largest m and divides the summed O by the summed l. Softmax is invariant to
+// the shift, so this is the same function; the probabilities are rounded to the storage type
+// against each part's own maximum, and the sums run in another order, so the bits differ from
+// an unsplit walk (a block left whole, slot -1, gives the unsplit bits).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -285,16 +295,29 @@ __device__ __forceinline__ void flashAttention(const FlashAttentionArgs& args) {
   T* sK = reinterpret_cast<T*>(shared + L::kK);
   T* sV = reinterpret_cast<T*>(shared + L::kV);
 
-  const int64_t qBlocks = (args.sq + kBlockRows - 1) / kBlockRows;
-  const int64_t b = static_cast<int64_t>(blockIdx.x) / qBlocks;
-  int64_t qBlock = static_cast<int64_t>(blockIdx.x) - b * qBlocks;
-  // The key tiles the block walks: with keyTiles, the last query blocks first (under a causal
-  // mask they walk the most tiles, so they start first).
+  int64_t b = 0, qBlock = 0;
   int64_t firstKey = 0, endKey = args.skv;
-  if (args.keyTiles) {
-    qBlock = qBlocks - 1 - qBlock;
-    firstKey = args.keyTiles[2 * qBlock] * int64_t{kKeys};
-    endKey = min(args.skv, args.keyTiles[2 * qBlock + 1] * int64_t{kKeys});
+  int slot = -1;  // where a part of a split range leaves its partial rows; -1: rows of Y
+  if (args.work) {
+    // Split keys: the host's work item (longest walks first).
+    b = static_cast<int64_t>(blockIdx.x) / args.works;
+    const int4 item =
+        reinterpret_cast<const int4*>(args.work)[static_cast<int64_t>(blockIdx.x) - b * args.works];
+    qBlock = item.x;
+    firstKey = item.y * int64_t{kKeys};
+    endKey = min(args.skv, item.z * int64_t{kKeys});
+    slot = item.w;
+  } else {
+    const int64_t qBlocks = (args.sq + kBlockRows - 1) / kBlockRows;
+    b = static_cast<int64_t>(blockIdx.x) / qBlocks;
+    qBlock = static_cast<int64_t>(blockIdx.x) - b * qBlocks;
+    // The key tiles the block walks: with keyTiles, the last query blocks first (under a causal
+    // mask they walk the most tiles, so they start first).
+    if (args.keyTiles) {
+      qBlock = qBlocks - 1 - qBlock;
+      firstKey = args.keyTiles[2 * qBlock] * int64_t{kKeys};
+      endKey = min(args.skv, args.keyTiles[2 * qBlock + 1] * int64_t{kKeys});
+    }
   }
   const int64_t q0 = qBlock * kBlockRows;
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
@@ -509,6 +532,30 @@ __device__ __forceinline__ void flashAttention(const FlashAttentionArgs& args) {
   }
   if (!warpActive) return;  // no barrier follows
 
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    rowSum[r] += __shfl_xor_sync(kFullMask, rowSum[r], 1);
+    rowSum[r] += __shfl_xor_sync(kFullMask, rowSum[r], 2);
+  }
+  if (slot >= 0) {
+    // A part of a split range: the unnormalised rows, their maxima and sums (quad-uniform), for
+    // the combine kernel. Rows past sq too (never read).
+    const int64_t base = (b * args.slots + slot) * kBlockRows + warp * kWarpRows;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t row = base + group + 8 * r;
+      float* to = args.partial + row * D + 2 * quadLane;
+#pragma unroll
+      for (int n = 0; n < kOutTiles; ++n) {
+        *reinterpret_cast<float2*>(to + n * 8) = make_float2(out[n][2 * r], out[n][2 * r + 1]);
+      }
+      if (quadLane == 0) {
+        *reinterpret_cast<float2*>(args.partialStats + row * 2) = make_float2(rowMax[r], rowSum[r]);
+      }
+    }
+    return;
+  }
+
   // Normalise into the warp's own rows of the Q block (only this warp read them, into its
   // fragments), then store the rows below sq 16 bytes at a time.
   const float fill = args.nanToZero ? 0.0f : __int_as_float(0x7fc00000);
@@ -516,8 +563,6 @@ __device__ __forceinline__ void flashAttention(const FlashAttentionArgs& args) {
   bool bad[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    rowSum[r] += __shfl_xor_sync(kFullMask, rowSum[r], 1);
-    rowSum[r] += __shfl_xor_sync(kFullMask, rowSum[r], 2);
     bad[r] = !(rowSum[r] > 0.0f);  // 0: every score -inf; NaN: a NaN (or +inf) score
     inverse[r] = 1.0f / rowSum[r];
   }
@@ -565,6 +610,76 @@ __global__ void __launch_bounds__(kThreadsOf<W>, minBlocks(D, W))
 #endif
 }
 
+// Split keys' second kernel: CTA b * combines + i merges the slots of query block combine[i] of
+// batch entry b into its rows of Y, a thread 8 columns of a row at a time. With M the largest of
+// the slots' maxima m_j (0 while it is -inf, as in the flash kernel), each slot's factor is
+// exp(m_j - M); the row is sum_j factor_j O_j / sum_j factor_j l_j, and NaN (zeros with nanToZero)
+// where that sum is not positive: 0 when no slot saw a finite score, NaN when one saw a NaN.
+template <typename T, int D, int kBlockRows>
+__global__ void __launch_bounds__(128) flashCombineKernel(FlashAttentionArgs args) {
+  constexpr int kVectorsPerRow = D / kVector;
+  const int64_t b = static_cast<int64_t>(blockIdx.x) / args.combines;
+  const int32_t* item = args.combine + 3 * (static_cast<int64_t>(blockIdx.x) - b * args.combines);
+  const int64_t q0 = int64_t{item[0]} * kBlockRows;
+  const int64_t slot0 = b * args.slots + item[1];
+  const int count = item[2];
+  const int64_t outer = b / args.heads;
+  const int64_t head = b - outer * args.heads;
+  T* y = static_cast<T*>(args.y) + offsetOf(args.yLayout, outer, head);
+  const int64_t ldY = args.yLayout.rowStride;
+  const bool vectorY = aligned16(y) && ldY % kVector == 0;
+  const float fill = args.nanToZero ? 0.0f : __int_as_float(0x7fc00000);
+  for (int e = static_cast<int>(threadIdx.x); e < kBlockRows * kVectorsPerRow;
+       e += static_cast<int>(blockDim.x)) {
+    const int r = e / kVectorsPerRow;
+    const int c = (e % kVectorsPerRow) * kVector;
+    if (q0 + r >= args.sq) continue;
+    float shift = -INFINITY;
+    for (int j = 0; j < count; ++j) {
+      shift = fmaxf(shift, args.partialStats[((slot0 + j) * kBlockRows + r) * 2]);
+    }
+    if (shift == -INFINITY) shift = 0.0f;
+    float sum = 0.0f;
+    float acc[kVector];
+#pragma unroll
+    for (int x = 0; x < kVector; ++x) acc[x] = 0.0f;
+    for (int j = 0; j < count; ++j) {
+      const int64_t row = (slot0 + j) * kBlockRows + r;
+      const float2 stats = *reinterpret_cast<const float2*>(args.partialStats + row * 2);
+      const float factor = __expf(stats.x - shift);
+      sum += factor * stats.y;
+      const float4* from = reinterpret_cast<const float4*>(args.partial + row * D + c);
+      const float4 lo = from[0], hi = from[1];
+      acc[0] += factor * lo.x;
+      acc[1] += factor * lo.y;
+      acc[2] += factor * lo.z;
+      acc[3] += factor * lo.w;
+      acc[4] += factor * hi.x;
+      acc[5] += factor * hi.y;
+      acc[6] += factor * hi.z;
+      acc[7] += factor * hi.w;
+    }
+    const bool bad = !(sum > 0.0f);
+    const float inverse = 1.0f / sum;
+    unsigned packed[kVector / 2];
+#pragma unroll
+    for (int x = 0; x < kVector / 2; ++x) {
+      packed[x] =
+          Pair<T>::pack(bad ? fill : acc[2 * x] * inverse, bad ? fill : acc[2 * x + 1] * inverse);
+    }
+    T* to = y + (q0 + r) * ldY + c;
+    if (vectorY) {
+      *reinterpret_cast<uint4*>(to) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    } else {
+      const T* values = reinterpret_cast<const T*>(packed);
+#pragma unroll
+      for (int x = 0; x < kVector; ++x) to[x] = values[x];
+    }
+  }
+}
+
+constexpr int kCombineThreads = 128;
+
 // Calls fn with the kernel instance for the arguments' type, head size and K layout, and its
 // shared memory bytes.
 template <typename Fn>
@@ -610,6 +725,54 @@ cudaError_t byInstance(const FlashAttentionArgs& args, Fn&& fn) {
   }
 }
 
+// The combine kernel for the arguments' CTA rows, of type T and head size D.
+template <typename T, int D>
+cudaError_t launchFlashCombineOf(const FlashAttentionArgs& args, unsigned blocks,
+                                 cudaStream_t stream) {
+  switch (args.warps) {
+    case 2:
+      flashCombineKernel<T, D, kBlockRowsOf<2>><<<blocks, kCombineThreads, 0, stream>>>(args);
+      break;
+    case 4:
+      flashCombineKernel<T, D, kBlockRowsOf<4>><<<blocks, kCombineThreads, 0, stream>>>(args);
+      break;
+    case 8:
+      flashCombineKernel<T, D, kBlockRowsOf<8>><<<blocks, kCombineThreads, 0, stream>>>(args);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+// The combine kernel for the arguments' type, head size and CTA rows.
+cudaError_t launchFlashCombine(const FlashAttentionArgs& args, cudaStream_t stream) {
+  const int64_t grid = int64_t{args.combines} * args.batch;
+  if (grid > INT_MAX) return cudaErrorInvalidConfiguration;
+  const auto blocks = static_cast<unsigned>(grid);
+  auto byHead = [&](auto tag) -> cudaError_t {
+    using T = typename decltype(tag)::type;
+    switch (args.d) {
+      case 32:
+        return launchFlashCombineOf<T, 32>(args, blocks, stream);
+      case 64:
+        return launchFlashCombineOf<T, 64>(args, blocks, stream);
+      case 128:
+        return launchFlashCombineOf<T, 128>(args, blocks, stream);
+      default:
+        return cudaErrorInvalidValue;
+    }
+  };
+  switch (args.type) {
+    case kGemmFloat16:
+      return byHead(device::Tag<__half>{});
+    case kGemmBFloat16:
+      return byHead(device::Tag<__nv_bfloat16>{});
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
 }  // namespace
 
 cudaError_t configureFlashAttention(const FlashAttentionArgs& args) {
@@ -623,6 +786,16 @@ cudaError_t launchFlashAttention(const FlashAttentionArgs& args, cudaStream_t st
   const int64_t rows = int64_t{args.warps} * kWarpRows;
   const int64_t blocks = (args.sq + rows - 1) / rows * args.batch;
   if (blocks > INT_MAX) return cudaErrorInvalidConfiguration;
+  if (args.work) {
+    const int64_t grid = int64_t{args.works} * args.batch;
+    if (grid > INT_MAX || args.works <= 0) return cudaErrorInvalidConfiguration;
+    const cudaError_t status = byInstance(args, [&](auto kernel, int bytes) {
+      kernel<<<static_cast<unsigned>(grid), args.warps * kWarpSize, bytes, stream>>>(args);
+      return cudaGetLastError();
+    });
+    if (status != cudaSuccess || args.combines <= 0) return status;
+    return launchFlashCombine(args, stream);
+  }
   return byInstance(args, [&](auto kernel, int bytes) {
     kernel<<<static_cast<unsigned>(blocks), args.warps * kWarpSize, bytes, stream>>>(args);
     return cudaGetLastError();

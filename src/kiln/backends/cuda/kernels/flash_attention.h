@@ -50,6 +50,22 @@ struct FlashAttentionArgs {
   // (its maximum is unchanged and its probabilities there are exp(-inf) = 0); a NaN or +inf score
   // there is not seen, where without skipping it would make its row NaN.
   const int32_t* keyTiles = nullptr;
+  // Split keys (cuda.attention.flash.split): with `work` set (keyTiles is then ignored), CTA
+  // b * works + i takes work item i of batch entry b, four int32 each: the query block, its first
+  // and one past its last key tile, and a slot. Slot -1 walks the block's whole range and writes
+  // its rows of Y as without splitting. A slot s >= 0 walks one part of a longer range and leaves
+  // its rows' unnormalised output, running maximum and probability sum in `partial` (float
+  // [batch][slots][warps * 16][d]) and `partialStats` (float [batch][slots][warps * 16][2]) at
+  // entry b's slot s; the combine kernel launchFlashAttention runs after it then merges a block's
+  // slots into its rows of Y. `combine` holds, three int32 each for `combines` query blocks, the
+  // block, its first slot and its number of slots (consecutive). All of these on the device.
+  const int32_t* work = nullptr;
+  int works = 0;
+  int slots = 0;
+  float* partial = nullptr;
+  float* partialStats = nullptr;
+  const int32_t* combine = nullptr;
+  int combines = 0;
 };
 
 // Keys a tile of the kernel (FlashAttentionArgs::keyTiles counts in these).
@@ -67,6 +83,8 @@ inline bool flashAttentionSupports(GemmType type, int64_t d, int64_t dv, int64_t
 // per device before the first launch (not a stream operation).
 cudaError_t configureFlashAttention(const FlashAttentionArgs& args);
 
+// The flash kernel, and with split keys (args.work and args.combines) the combine kernel after it
+// on the same stream.
 cudaError_t launchFlashAttention(const FlashAttentionArgs& args, cudaStream_t stream);
 
 }  // namespace kiln::cuda
