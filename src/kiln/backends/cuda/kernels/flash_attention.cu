@@ -680,6 +680,19 @@ __global__ void __launch_bounds__(128) flashCombineKernel(FlashAttentionArgs arg
 
 constexpr int kCombineThreads = 128;
 
+// Calls fn(device::Tag<T>{}) for the storage type T of `type` (float16 or bfloat16).
+template <typename Fn>
+cudaError_t byStorageType(GemmType type, Fn&& fn) {
+  switch (type) {
+    case kGemmFloat16:
+      return fn(device::Tag<__half>{});
+    case kGemmBFloat16:
+      return fn(device::Tag<__nv_bfloat16>{});
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
 // Calls fn with the kernel instance for the arguments' type, head size and K layout, and its
 // shared memory bytes.
 template <typename Fn>
@@ -712,17 +725,9 @@ cudaError_t byInstance(const FlashAttentionArgs& args, Fn&& fn) {
         return cudaErrorInvalidValue;
     }
   };
-  auto byLayout = [&](auto tag) -> cudaError_t {
+  return byStorageType(args.type, [&](auto tag) -> cudaError_t {
     return args.transposeK ? byHead(tag, std::true_type{}) : byHead(tag, std::false_type{});
-  };
-  switch (args.type) {
-    case kGemmFloat16:
-      return byLayout(device::Tag<__half>{});
-    case kGemmBFloat16:
-      return byLayout(device::Tag<__nv_bfloat16>{});
-    default:
-      return cudaErrorInvalidValue;
-  }
+  });
 }
 
 // The combine kernel for the arguments' CTA rows, of type T and head size D.
@@ -763,14 +768,7 @@ cudaError_t launchFlashCombine(const FlashAttentionArgs& args, cudaStream_t stre
         return cudaErrorInvalidValue;
     }
   };
-  switch (args.type) {
-    case kGemmFloat16:
-      return byHead(device::Tag<__half>{});
-    case kGemmBFloat16:
-      return byHead(device::Tag<__nv_bfloat16>{});
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return byStorageType(args.type, byHead);
 }
 
 }  // namespace
