@@ -28,6 +28,7 @@
 #include <optional>
 #include <unordered_set>
 
+#include "kiln/passes/node_names.h"
 #include "kiln/passes/passes.h"
 #include "kiln/passes/slices.h"
 
@@ -229,20 +230,12 @@ ir::Value* constantInt64(ir::Graph& graph, const std::string& base,
   return graph.addConstant(base, ir::Tensor::fromVector<int64_t>(ir::Shape{count}, values));
 }
 
-// A node name no node of the graph has, derived from `base`.
-std::string uniqueNodeName(const std::unordered_set<std::string>& taken, const std::string& base) {
-  std::string name = base;
-  for (int i = 1; taken.count(name); ++i) name = base + "_" + std::to_string(i);
-  return name;
-}
-
 // Makes `last` (a node whose output `result` holds rows of `source`'s last axis, `columns` wide)
 // the Reshape of one Gather of the rows `rows` names from `source` (read as [rows, columns]),
 // or the Reshape of `source` itself where the rows are where they began. The new nodes go before
 // `last`, named after it; `last` keeps its output (so its readers) and its name. Says which.
-const char* rewriteAsRowGather(ir::Graph& graph, std::unordered_set<std::string>& names,
-                               ir::Value* source, int64_t columns, const std::vector<int64_t>& rows,
-                               ir::Node* last) {
+const char* rewriteAsRowGather(ir::Graph& graph, NodeNames& names, ir::Value* source,
+                               int64_t columns, const std::vector<int64_t>& rows, ir::Node* last) {
   ir::Value* result = last->outputs[0];
   const int64_t rowsIn = product(source->shape.dims(), 0, source->shape.rank() - 1);
   const auto rowsOut = static_cast<int64_t>(rows.size());
@@ -254,8 +247,7 @@ const char* rewriteAsRowGather(ir::Graph& graph, std::unordered_set<std::string>
                      const std::vector<int64_t>& constant, const std::string& constantSuffix,
                      const ir::Shape& shape) {
     ir::Node* node = graph.insertNode(op, last);
-    node->name = uniqueNodeName(names, last->name + suffix);
-    names.insert(node->name);
+    node->name = names.take(last->name + suffix);
     node->opsetVersion = opset;
     ir::Value* out = graph.addUniqueValue(node->name + "_output");
     out->dtype = source->dtype;
@@ -295,8 +287,7 @@ const std::unordered_set<std::string> kRowMoves = {"Gather",  "Slice",   "Transp
 // Concat alone reads (Swin's patch merging: x[..., 0::2, 0::2, :] and its three siblings, six
 // Slices in all, concatenated along the channels): viewed as rows of the source's width, the
 // Concat interleaves its parts' rows, so the whole is one Gather of rows.
-void composeConcatsOfRows(ir::Graph& graph, PassContext& context,
-                          std::unordered_set<std::string>& names) {
+void composeConcatsOfRows(ir::Graph& graph, PassContext& context, NodeNames& names) {
   std::vector<ir::Node*> concats;
   for (const auto& node : graph.nodes()) {
     if (node->opType == "Concat" && node->domain.empty()) concats.push_back(node.get());
@@ -387,11 +378,8 @@ void composeConcatsOfRows(ir::Graph& graph, PassContext& context,
 
 Status composeRowMoves(ir::Graph& graph, PassContext& context) {
   std::vector<ir::Node*> nodes;
-  std::unordered_set<std::string> names;
-  for (const auto& node : graph.nodes()) {
-    nodes.push_back(node.get());
-    names.insert(node->name);
-  }
+  NodeNames names(graph);
+  for (const auto& node : graph.nodes()) nodes.push_back(node.get());
   std::unordered_set<const ir::Node*> inChain, removed;
   for (ir::Node* first : nodes) {
     if (inChain.count(first) || !first->domain.empty() || !kRowMoves.count(first->opType) ||

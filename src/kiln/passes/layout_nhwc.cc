@@ -25,6 +25,7 @@
 
 #include "kiln/ir/op_schema.h"
 #include "kiln/ir/ops/layout.h"
+#include "kiln/passes/node_names.h"
 #include "kiln/passes/passes.h"
 
 namespace kiln::passes {
@@ -108,9 +109,8 @@ std::optional<std::vector<int64_t>> transposePerm(const ir::Node& node) {
 
 class LayoutRewrite {
  public:
-  LayoutRewrite(ir::Graph& graph, PassContext& context) : graph_(graph), context_(context) {
-    for (const auto& node : graph.nodes()) names_.insert(node->name);
-  }
+  LayoutRewrite(ir::Graph& graph, PassContext& context)
+      : graph_(graph), context_(context), names_(graph) {}
 
   Status run() {
     std::vector<ir::Node*> nodes;
@@ -488,12 +488,7 @@ class LayoutRewrite {
     return value;
   }
 
-  std::string uniqueName(const std::string& base) {
-    std::string name = base;
-    for (int i = 1; names_.count(name); ++i) name = base + "_" + std::to_string(i);
-    names_.insert(name);
-    return name;
-  }
+  std::string uniqueName(const std::string& base) { return names_.take(base); }
 
   // The layout changes nothing reads any more (every reader followed into NHWC), and exporter
   // Transposes to NCHW whose readers all took the twin instead. Backwards, so chains go at once.
@@ -525,7 +520,7 @@ class LayoutRewrite {
   std::unordered_set<const ir::Node*> removed_;
   std::vector<std::pair<ir::Node*, std::string>> renames_;
   std::vector<const ir::Node*> layoutNodes_;
-  std::set<std::string> names_;
+  NodeNames names_;
 };
 
 }  // namespace
