@@ -11,7 +11,9 @@
 #      run's default (auto: 4 bytes at fp16) against 8 on ConvNeXt-T and MobileNetV3-L, and the
 #      window kernel's pixels a thread at 4 and 2 against auto (ptxas: the 7x7 fp16 instance at
 #      2 channels and 8 pixels takes 64 registers, 1024 threads an SM, so ConvNeXt-T's first
-#      stage, 150K threads, is 1.1 waves on 132 SMs).
+#      stage, 150K threads, is 1.1 waves on 132 SMs), and 128-thread blocks (9 of them fit an
+#      SM at 56 registers, 1152 threads: the 8x4-pixel stage-2 instance's 150K threads in one
+#      wave).
 set -uo pipefail
 start=$(date +%s)
 rm -rf /tmp/k && mkdir -p /tmp/k && tar -C /tmp/k -xJf .device/kiln-device.tar.xz || exit 1
@@ -52,6 +54,6 @@ python3 bench/gpu/routes.py --kiln /tmp/k/bin/kiln --models $M --workloads swin_
   --rounds 2 --duration 1 --base=-cuda.precision=fp16 --json "$OUT/routes_merge.json" -- default "-graph.compose_row_moves.concats=off" > "$OUT/routes_merge.txt" 2>&1
 echo "routes merge: exit $? after $(($(date +%s) - start)) s"; tail -4 "$OUT/routes_merge.txt"
 python3 bench/gpu/routes.py --kiln /tmp/k/bin/kiln --models $M --workloads convnext_tiny_b8,mobilenet_v3_large_b1 \
-  --rounds 2 --duration 1 --base=-cuda.precision=fp16 --json "$OUT/routes_vector.json" -- default "-cuda.conv.depthwise.vector=8" "-cuda.conv.depthwise.window.pixels=4" "-cuda.conv.depthwise.window.pixels=2" > "$OUT/routes_vector.txt" 2>&1
-echo "routes vector: exit $? after $(($(date +%s) - start)) s"; tail -10 "$OUT/routes_vector.txt"
+  --rounds 2 --duration 1 --base=-cuda.precision=fp16 --json "$OUT/routes_vector.json" -- default "-cuda.conv.depthwise.vector=8" "-cuda.conv.depthwise.window.pixels=4" "-cuda.conv.depthwise.window.pixels=2" "-cuda.conv.depthwise.block=128" > "$OUT/routes_vector.txt" 2>&1
+echo "routes vector: exit $? after $(($(date +%s) - start)) s"; tail -12 "$OUT/routes_vector.txt"
 echo "done after $(($(date +%s) - start)) s"
