@@ -19,10 +19,10 @@ start=$(date +%s)
 rm -rf /tmp/k && mkdir -p /tmp/k && tar -C /tmp/k -xJf .device/kiln-device.tar.xz || exit 1
 export LD_LIBRARY_PATH=/tmp/k/lib:/usr/local/cuda-13.0/targets/x86_64-linux/lib
 { cat /tmp/k/COMMIT; nvidia-smi -L; } > "$OUT/info.txt"; cat "$OUT/info.txt"
-timeout 200 /tmp/k/bin/kiln_cuda_tests --gtest_filter='CudaAttention.*:CudaNhwcConv.*:CudaFusedConv.*:CudaDataMove.*:CudaPrecision.*' > "$OUT/tests_cuda.txt" 2>&1
+timeout 150 /tmp/k/bin/kiln_cuda_tests --gtest_filter='CudaAttention.*:CudaNhwcConv.*:CudaFusedConv.*:CudaDataMove.*:CudaPrecision.*' > "$OUT/tests_cuda.txt" 2>&1
 echo "cuda tests: exit $? after $(($(date +%s) - start)) s"
 grep -E '^\[  (PASSED|FAILED)  \]|^\[  FAILED|Failure' "$OUT/tests_cuda.txt" | head -20
-timeout 120 /tmp/k/bin/kiln_knob_tests > "$OUT/tests_knobs.txt" 2>&1
+timeout 90 /tmp/k/bin/kiln_knob_tests > "$OUT/tests_knobs.txt" 2>&1
 echo "knob tests: exit $? after $(($(date +%s) - start)) s"
 grep -E '^\[  (PASSED|FAILED)  \]|^\[  FAILED|Failure' "$OUT/tests_knobs.txt" | head -20
 M=/tmp/kiln-gpu-bench/models
