@@ -99,7 +99,7 @@ KILN_KNOB_EFFECT({
              "blocks instead of the 6 the mask leaves a key in",
     .backend = "cuda",
     .graph = causalAttention,
-    // Split keys off: they would split the ranges differently on each side.
+    // Split keys off (the default, pinned): they would split the ranges differently on each side.
     .baseRoute = "-cuda.precision=fp16 -cuda.host_fallback=off -cuda.attention.flash.split=off",
     .expect =
         [](const BuildSnapshot& base, const BuildSnapshot& changed) {
@@ -111,11 +111,12 @@ KILN_KNOB_EFFECT({
         },
 });
 
-// cuda.attention.flash.split on the causal graph: its 3 query blocks walk 1, 2 and 3 key tiles,
-// in 6 CTAs (2 heads), fewer than any GPU's SMs, so auto splits the 3-tile block in two.
+// cuda.attention.flash.split (off by default) on the causal graph: its 3 query blocks walk 1, 2
+// and 3 key tiles, in 6 CTAs (2 heads), fewer than any GPU's SMs, so auto splits the 3-tile
+// block in two.
 struct FlashSplitEffect {
   const char* value;
-  const char* changed;  // the step's detail with it
+  const char* changed;  // added to the step's detail
   const char* shows;
 };
 
@@ -123,16 +124,15 @@ struct FlashSplitEffect {
   const std::string masked =
       "4 warps, 64 query rows a CTA, 6 of 9 key tiles walked (the rest masked)";
   for (const FlashSplitEffect& e : std::vector<FlashSplitEffect>{
-           {"off", "",
-            "the causal graph's 3-tile query block walks its keys in one CTA instead of "
-            "two whose parts a combine kernel merges"},
+           {"auto",
+            ", keys split over 4 CTAs an entry (at most 2 tiles each; 2 parts merged into 1 of "
+            "the 3 blocks)",
+            "the causal graph's 6 CTAs leave most SMs idle, so its 3-tile query block walks its "
+            "keys in two CTAs whose parts a combine kernel merges"},
            {"1",
             ", keys split over 6 CTAs an entry (at most 1 tile each; 5 parts merged into 2 of "
             "the 3 blocks)",
             "every key tile of the causal graph's 2- and 3-tile query blocks gets its own CTA"},
-           {"4", "",
-            "no query block of the causal graph walks more than 4 key tiles, so none is split "
-            "(auto splits its 3-tile block)"},
        }) {
     registerKnobEffect({
         .knob = "cuda.attention.flash.split",
@@ -144,10 +144,7 @@ struct FlashSplitEffect {
         .tolerance = 1e-2,
         .expect =
             [masked, e](const BuildSnapshot& base, const BuildSnapshot& changed) {
-              EXPECT_EQ(base.layer("attn").detail,
-                        masked +
-                            ", keys split over 4 CTAs an entry (at most 2 tiles each; 2 parts "
-                            "merged into 1 of the 3 blocks)");
+              EXPECT_EQ(base.layer("attn").detail, masked);
               EXPECT_EQ(changed.layer("attn").tactic, "kiln.attention.flash");
               EXPECT_EQ(changed.layer("attn").detail, masked + e.changed);
             },
@@ -157,7 +154,7 @@ struct FlashSplitEffect {
 }();
 
 // 48 heads of 130 queries against 130 keys (3 key tiles) unmasked: 144 CTAs, not fewer than an
-// H100's or H200's 132 SMs, so auto leaves the keys whole.
+// H100's or H200's 132 SMs, so auto would leave the keys whole.
 ir::Graph manyHeads() {
   GraphSketch g;
   g.output(g.node("Attention",
@@ -171,8 +168,8 @@ ir::Graph manyHeads() {
 KILN_KNOB_EFFECT({
     .knob = "cuda.attention.flash.split",
     .value = "2",
-    .shows = "48 heads' 144 query blocks fill the GPU, so auto leaves their 3 key tiles in one "
-             "CTA each; 2 splits every block in two anyway",
+    .shows = "48 heads' 144 query blocks fill the GPU (auto would leave them whole), and 2 splits "
+             "each block's 3 key tiles in two CTAs anyway",
     .backend = "cuda",
     .graph = manyHeads,
     .baseRoute = "-cuda.precision=fp16 -cuda.host_fallback=off",
@@ -183,6 +180,34 @@ KILN_KNOB_EFFECT({
           EXPECT_EQ(changed.layer("attn").detail,
                     "4 warps, 64 query rows a CTA, keys split over 6 CTAs an entry (at most 2 "
                     "tiles each; 6 parts merged into 3 of the 3 blocks)");
+        },
+});
+
+// 40 queries against 330 keys (6 key tiles, the last partial) unmasked: one query block a head.
+ir::Graph longKeys() {
+  GraphSketch g;
+  g.output(g.node(
+      "Attention",
+      {g.input("q", {1, 2, 40, 64}), g.input("k", {1, 2, 330, 64}), g.input("v", {1, 2, 330, 64})},
+      {{"scale", ir::Attribute{0.125f}}, {"transpose_k", ir::Attribute{int64_t{1}}}}, "attn",
+      ir::kKilnDomain));
+  return g.take();
+}
+
+KILN_KNOB_EFFECT({
+    .knob = "cuda.attention.flash.split",
+    .value = "4",
+    .shows = "a query block over 6 key tiles walks them in two CTAs of 3 instead of one",
+    .backend = "cuda",
+    .graph = longKeys,
+    .baseRoute = "-cuda.precision=fp16 -cuda.host_fallback=off",
+    .tolerance = 1e-2,
+    .expect =
+        [](const BuildSnapshot& base, const BuildSnapshot& changed) {
+          EXPECT_EQ(base.layer("attn").detail, "4 warps, 64 query rows a CTA");
+          EXPECT_EQ(changed.layer("attn").detail,
+                    "4 warps, 64 query rows a CTA, keys split over 2 CTAs an entry (at most 3 "
+                    "tiles each; 2 parts merged into 1 of the 1 blocks)");
         },
 });
 
