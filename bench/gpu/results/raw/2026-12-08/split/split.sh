@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# 2026-12-08: split keys for the flash kernel (cuda.attention.flash.split, default auto: 2 tiles a
-# CTA where the unsplit grid is smaller than the GPU's SM count), and what the 2026-12-07 next.sh
+# 2026-12-08: split keys for the flash kernel (cuda.attention.flash.split, off by default until
+# this has run; auto: 2 tiles a CTA where the unsplit grid is smaller than the GPU's SM count),
+# and what the 2026-12-07 next.sh
 # still owed. Needs the full pack (scripts/device-pack.sh; carry .device). In order, each step
 # logged as it ends so that a cut-off run still returns the earlier ones:
 #   1. the CUDA tests of the attention, depthwise, data-move and precision kernels, and every knob
 #      test with its GPU half;
 #   2. GPT-2 b1 s512: outputs with split auto, off and 1 against each other and the fp32
-#      reference, then an A/B of auto (the default), off, 1 and 4;
+#      reference, then an A/B of off (the default), auto, 1, 2 and 4;
 #   3. next.sh's A/Bs: Swin-T with -graph.compose_row_moves.concats=off, and the depthwise channel
 #      run's default (auto: 4 bytes at fp16) against 8 on ConvNeXt-T and MobileNetV3-L, and the
 #      window kernel's pixels a thread at 4 and 2 against auto (ptxas: the 7x7 fp16 instance at
@@ -48,8 +49,8 @@ for s in ['auto','1']:
 "
 python3 bench/gpu/routes.py --kiln /tmp/k/bin/kiln --models $M --workloads gpt2_b1_s512 \
   --rounds 3 --duration 1 --base=-cuda.precision=fp16 --json "$OUT/routes_split.json" -- default \
-  "-cuda.attention.flash.split=off" "-cuda.attention.flash.split=1" "-cuda.attention.flash.split=4" > "$OUT/routes_split.txt" 2>&1
-echo "routes split: exit $? after $(($(date +%s) - start)) s"; tail -6 "$OUT/routes_split.txt"
+  "-cuda.attention.flash.split=auto" "-cuda.attention.flash.split=1" "-cuda.attention.flash.split=2" "-cuda.attention.flash.split=4" > "$OUT/routes_split.txt" 2>&1
+echo "routes split: exit $? after $(($(date +%s) - start)) s"; tail -7 "$OUT/routes_split.txt"
 python3 bench/gpu/routes.py --kiln /tmp/k/bin/kiln --models $M --workloads swin_t_b8 \
   --rounds 2 --duration 1 --base=-cuda.precision=fp16 --json "$OUT/routes_merge.json" -- default "-graph.compose_row_moves.concats=off" > "$OUT/routes_merge.txt" 2>&1
 echo "routes merge: exit $? after $(($(date +%s) - start)) s"; tail -4 "$OUT/routes_merge.txt"
