@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # 2026-12-08: split keys for the flash kernel (cuda.attention.flash.split, off by default until
 # this has run; auto: 2 tiles a CTA where the unsplit grid is smaller than the GPU's SM count),
-# and what the 2026-12-07 next.sh
-# still owed. Needs the full pack (scripts/device-pack.sh; carry .device). In order, each step
+# and what the 2026-12-07 next.sh still owed. Needs the full pack (scripts/device-pack.sh; carry .device). In order, each step
 # logged as it ends so that a cut-off run still returns the earlier ones:
 #   1. the CUDA tests of the attention, depthwise, data-move and precision kernels, and every knob
 #      test with its GPU half;
