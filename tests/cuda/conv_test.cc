@@ -538,9 +538,9 @@ TEST(CudaNhwcConv, DepthwiseKernel) {
   }
 }
 
-// The direct depthwise kernel's tilings (cuda.conv.depthwise.pixels, .block, with
-// cuda.conv.depthwise.window=loads): rows whose width is not a multiple of the pixels a thread
-// takes, strides, dilations and every epilogue.
+// The direct depthwise kernel's tilings (cuda.conv.depthwise.pixels, .block, the occupancy
+// calculator's block included, with cuda.conv.depthwise.window=loads): rows whose width is not a
+// multiple of the pixels a thread takes, strides, dilations and every epilogue.
 TEST(CudaNhwcConv, DepthwiseKernelTilings) {
   unsigned seed = 2350;
   const std::string loads = "-cuda.conv.depthwise.window=loads ";
@@ -550,7 +550,9 @@ TEST(CudaNhwcConv, DepthwiseKernelTilings) {
       {loads + "-cuda.conv.depthwise.pixels=4", "kiln.conv.depthwise.px4"},
       {loads + "-cuda.conv.depthwise.pixels=4 -cuda.conv.depthwise.block=128",
        "kiln.conv.depthwise.px4.block128"},
-      {loads + "-cuda.conv.depthwise.block=512", "kiln.conv.depthwise.block512"}};
+      {loads + "-cuda.conv.depthwise.block=512", "kiln.conv.depthwise.block512"},
+      {loads + "-cuda.conv.depthwise.pixels=2 -cuda.conv.depthwise.block=occupancy",
+       "kiln.conv.depthwise.px2.occupancy"}};
   for (const auto& [route, tactic] : tilings) {
     for (const DepthwiseShape& s : depthwiseShapes()) {
       SCOPED_TRACE(route + " " + s.name);
@@ -584,7 +586,10 @@ TEST(CudaNhwcConv, DepthwiseWindowKernelMatchesTheDirectKernelBitForBit) {
        "kiln.conv.depthwise.window.px4"},
       {"-cuda.conv.depthwise.window.pixels=2 -cuda.conv.depthwise.vector=4 "
        "-cuda.conv.depthwise.block=128",
-       "kiln.conv.depthwise.window.px2.block128"}};
+       "kiln.conv.depthwise.window.px2.block128"},
+      {"-cuda.conv.depthwise.window.pixels=8 -cuda.conv.depthwise.vector=4 "
+       "-cuda.conv.depthwise.block=occupancy",
+       "kiln.conv.depthwise.window.px8.occupancy"}};
   for (const DepthwiseShape& s : depthwiseShapes()) {
     if (!s.window) continue;
     for (const ReducedType* type : {static_cast<const ReducedType*>(nullptr), &kReducedTypes[0]}) {

@@ -286,7 +286,9 @@ cudaError_t launchDepthwiseNhwc(const ConvGeometry& g, ElementType type, const v
                                 cudaStream_t stream) {
   if (!depthwiseNhwcFits(g)) return cudaErrorInvalidValue;
   if (tiling.pixels != 1 && tiling.pixels != 2 && tiling.pixels != 4) return cudaErrorInvalidValue;
-  if (tiling.blockThreads < 32 || tiling.blockThreads > 1024) return cudaErrorInvalidValue;
+  if (tiling.blockThreads != 0 && (tiling.blockThreads < 32 || tiling.blockThreads > 1024)) {
+    return cudaErrorInvalidValue;
+  }
   if (tiling.vectorBytes != 4 && tiling.vectorBytes != 8 && tiling.vectorBytes != 16) {
     return cudaErrorInvalidValue;
   }
@@ -303,10 +305,11 @@ cudaError_t launchDepthwiseNhwc(const ConvGeometry& g, ElementType type, const v
       constexpr int P = decltype(tile)::value;
       const int64_t tiles = (g.out[2] + P - 1) / P;
       const int total = static_cast<int>(g.batch * g.out[1] * tiles * (g.channels / V));
-      const int64_t blocks =
-          std::min<int64_t>((total + tiling.blockThreads - 1) / tiling.blockThreads, kMaxBlocks);
+      const int threads =
+          device::depthwiseBlockThreads(depthwiseNhwcKernel<T, V, P>, tiling.blockThreads);
+      const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, kMaxBlocks);
       depthwiseNhwcKernel<T, V, P><<<static_cast<unsigned>(std::max<int64_t>(blocks, 1)),
-                                     static_cast<unsigned>(tiling.blockThreads), 0, stream>>>(
+                                     static_cast<unsigned>(threads), 0, stream>>>(
           g, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
           static_cast<const T*>(residual), static_cast<T*>(y), epilogue, total);
       return cudaGetLastError();

@@ -85,8 +85,10 @@ bool depthwiseWindowFits(const ConvGeometry& g);
 // 0: depthwiseWindowPixels' choice) neighbouring output pixels of a row, loading each input pixel
 // of their window once into registers. The others, and all with `window` off, run the direct
 // kernel: a thread computes `pixels` (1, 2 or 4) outputs of a row, loading every tap of each
-// (each weight vector once for all of them). Both take `blockThreads` threads a block and move
-// channels in runs of up to `vectorBytes`.
+// (each weight vector once for all of them). Both take `blockThreads` threads a block (0: the
+// CUDA occupancy calculator's choice for the kernel instance launched, the largest block of at
+// most 512 threads that leaves the most threads resident an SM) and move channels in runs of up
+// to `vectorBytes`.
 struct DepthwiseTiling {
   int pixels = 1;
   int blockThreads = 256;
@@ -109,7 +111,8 @@ cudaError_t launchDepthwiseNhwc(const ConvGeometry& g, ElementType type, const v
                                 ConvEpilogue epilogue, DepthwiseTiling tiling, cudaStream_t stream);
 
 // The window kernel alone (launchDepthwiseNhwc calls it): `runElements` channels (1, 2, 4 or 8,
-// dividing the channels and every pointer's alignment) and `pixels` outputs (2, 4 or 8) a thread.
+// dividing the channels and every pointer's alignment) and `pixels` outputs (2, 4 or 8) a thread;
+// blockThreads as DepthwiseTiling's (0: the occupancy calculator's).
 cudaError_t launchDepthwiseWindow(const ConvGeometry& g, ElementType type, int runElements,
                                   int pixels, int blockThreads, const void* x, const void* w,
                                   const void* bias, const void* residual, void* y,

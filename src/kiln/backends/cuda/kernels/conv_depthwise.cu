@@ -156,7 +156,9 @@ cudaError_t launchDepthwiseWindow(const ConvGeometry& g, ElementType type, int r
                                   const void* bias, const void* residual, void* y,
                                   ConvEpilogue epilogue, cudaStream_t stream) {
   if (!depthwiseWindowFits(g) || g.channels % runElements != 0) return cudaErrorInvalidValue;
-  if (blockThreads < 32 || blockThreads > 1024) return cudaErrorInvalidValue;
+  if (blockThreads != 0 && (blockThreads < 32 || blockThreads > 1024)) {
+    return cudaErrorInvalidValue;
+  }
   if (g.batch * g.out[1] * g.out[2] == 0 || g.channels == 0) return cudaSuccess;
   return device::byFloatType(type, [&](auto tag) -> cudaError_t {
     using T = typename decltype(tag)::type;
@@ -168,10 +170,11 @@ cudaError_t launchDepthwiseWindow(const ConvGeometry& g, ElementType type, int r
         constexpr int S = decltype(step)::value;
         const int64_t tiles = (g.out[2] + P - 1) / P;
         const int total = static_cast<int>(g.batch * g.out[1] * tiles * (g.channels / V));
-        const int64_t blocks =
-            std::min<int64_t>((total + blockThreads - 1) / blockThreads, kMaxBlocks);
+        const int threads =
+            device::depthwiseBlockThreads(depthwiseWindowKernel<T, V, P, K, S>, blockThreads);
+        const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, kMaxBlocks);
         depthwiseWindowKernel<T, V, P, K, S><<<static_cast<unsigned>(std::max<int64_t>(blocks, 1)),
-                                               static_cast<unsigned>(blockThreads), 0, stream>>>(
+                                               static_cast<unsigned>(threads), 0, stream>>>(
             g, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
             static_cast<const T*>(residual), static_cast<T*>(y), epilogue, total);
         return cudaGetLastError();

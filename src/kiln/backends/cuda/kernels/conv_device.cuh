@@ -10,6 +10,22 @@
 
 namespace kiln::cuda::device {
 
+// The threads a block of the depthwise kernel `kernel` under DepthwiseTiling::blockThreads
+// `requested`: itself, or for 0 what cudaOccupancyMaxPotentialBlockSize gives (at most 512: the
+// largest block that leaves the most threads resident an SM for the instance's registers), 256
+// where it fails.
+template <typename Kernel>
+int depthwiseBlockThreads(Kernel kernel, int requested) {
+  if (requested != 0) return requested;
+  int minGrid = 0, block = 0;
+  if (cudaOccupancyMaxPotentialBlockSize(&minGrid, &block, kernel, 0, 512) != cudaSuccess ||
+      block < 32) {
+    (void)cudaGetLastError();
+    return 256;
+  }
+  return block;
+}
+
 template <typename T, int V>
 struct alignas(sizeof(T) * V) Vec {
   T v[V];

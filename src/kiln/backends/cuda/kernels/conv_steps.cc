@@ -172,10 +172,13 @@ const knobs::Knob kConvDepthwiseWindowPixels = knobs::declareKnob({
 const knobs::Knob kConvDepthwiseBlock = knobs::declareKnob({
     .name = "cuda.conv.depthwise.block",
     .kind = knobs::KnobKind::kEnum,
-    .choices = {"256", "128", "512"},
+    .choices = {"256", "128", "512", "occupancy"},
     .defaultValue = "256",
     .help = "threads per block of kiln's depthwise kernels, window and direct "
-            "(cuda.conv.depthwise=kiln)",
+            "(cuda.conv.depthwise=kiln); occupancy: the CUDA occupancy calculator's block for "
+            "the instance launched (the largest of at most 512 threads that leaves the most "
+            "threads resident an SM: 9 blocks of 128 or 3 of 384 at 56 registers a thread, "
+            "1152 threads, where 256-thread blocks leave 1024)",
     .backends = {"cuda"},
     .perNode = true,
 });
@@ -1357,14 +1360,13 @@ class ConvStep final : public Step {
     if (choice_.depthwise) {
       if (windowKernel()) {
         return fmt::format(
-            "kiln's depthwise window kernel, {} px a thread, {}-thread blocks, runs of up to {} "
-            "bytes",
+            "kiln's depthwise window kernel, {} px a thread, {} blocks, runs of up to {} bytes",
             depthwiseWindowPixels(problem_.geometry, problem_.type, choice_.tiling),
-            choice_.tiling.blockThreads, choice_.tiling.vectorBytes);
+            depthwiseBlocks(), choice_.tiling.vectorBytes);
       }
       return fmt::format(
-          "kiln's depthwise kernel, {} px a thread, {}-thread blocks, runs of up to {} bytes",
-          choice_.tiling.pixels, choice_.tiling.blockThreads, choice_.tiling.vectorBytes);
+          "kiln's depthwise kernel, {} px a thread, {} blocks, runs of up to {} bytes",
+          choice_.tiling.pixels, depthwiseBlocks(), choice_.tiling.vectorBytes);
     }
     if (!useCudnn_) {
       const std::string kernel =
@@ -1467,12 +1469,20 @@ class ConvStep final : public Step {
       } else if (choice_.tiling.pixels != 1) {
         name += ".px" + std::to_string(choice_.tiling.pixels);
       }
-      if (choice_.tiling.blockThreads != 256) {
+      if (choice_.tiling.blockThreads == 0) {
+        name += ".occupancy";
+      } else if (choice_.tiling.blockThreads != 256) {
         name += ".block" + std::to_string(choice_.tiling.blockThreads);
       }
       return name;
     }
     return problem_.transpose ? "kiln.convtranspose" : "kiln.conv";
+  }
+
+  // The depthwise kernels' blocks for detail(): "256-thread", or the occupancy calculator's.
+  std::string depthwiseBlocks() const {
+    return choice_.tiling.blockThreads == 0 ? std::string("occupancy-calculator")
+                                            : fmt::format("{}-thread", choice_.tiling.blockThreads);
   }
 
   // Whether the depthwise convolution runs the window kernel (launchDepthwiseNhwc's choice).
@@ -1636,7 +1646,8 @@ std::unique_ptr<Step> makeConvStep(const ir::Node& node, const knobs::Route& rou
   choice.engineRank = std::stoi(route.value(kConvEngineRank, &node));
   choice.depthwise = problem->depthwise && route.value(kConvDepthwise, &node) == "kiln";
   choice.tiling.pixels = std::stoi(route.value(kConvDepthwisePixels, &node));
-  choice.tiling.blockThreads = std::stoi(route.value(kConvDepthwiseBlock, &node));
+  const std::string block = route.value(kConvDepthwiseBlock, &node);
+  choice.tiling.blockThreads = block == "occupancy" ? 0 : std::stoi(block);
   const std::string vector = route.value(kConvDepthwiseVector, &node);
   choice.tiling.vectorBytes =
       vector == "auto" ? 2 * elementBytes(problem->type) : std::stoi(vector);
