@@ -589,7 +589,12 @@ TEST(CudaNhwcConv, DepthwiseWindowKernelMatchesTheDirectKernelBitForBit) {
        "kiln.conv.depthwise.window.px2.block128"},
       {"-cuda.conv.depthwise.window.pixels=8 -cuda.conv.depthwise.vector=4 "
        "-cuda.conv.depthwise.block=occupancy",
-       "kiln.conv.depthwise.window.px8.occupancy"}};
+       "kiln.conv.depthwise.window.px8.occupancy"},
+      // Capped registers (fp16 only; fp32 runs the plain instance): 8 and auto pixels.
+      {"-cuda.conv.depthwise.window.pixels=8 -cuda.conv.depthwise.vector=4 "
+       "-cuda.conv.depthwise.window.registers=56",
+       "kiln.conv.depthwise.window.px8.regs56"},
+      {"-cuda.conv.depthwise.window.registers=56", "kiln.conv.depthwise.window.regs56"}};
   for (const DepthwiseShape& s : depthwiseShapes()) {
     if (!s.window) continue;
     for (const ReducedType* type : {static_cast<const ReducedType*>(nullptr), &kReducedTypes[0]}) {

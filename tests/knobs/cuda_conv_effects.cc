@@ -94,6 +94,8 @@ struct DepthwiseLaunchEffect {
             "kiln.conv.depthwise.window.block512"},
            {"cuda.conv.depthwise.block", "occupancy", "", "kiln.conv.depthwise.window",
             "kiln.conv.depthwise.window.occupancy"},
+           {"cuda.conv.depthwise.window.registers", "56", "", "kiln.conv.depthwise.window",
+            "kiln.conv.depthwise.window.regs56"},
            {"cuda.conv.depthwise.window.pixels", "8", "", "kiln.conv.depthwise.window",
             "kiln.conv.depthwise.window.px8"},
            {"cuda.conv.depthwise.window.pixels", "4", "", "kiln.conv.depthwise.window",

@@ -340,7 +340,8 @@ cudaError_t launchDepthwiseNhwc(const ConvGeometry& g, ElementType type, const v
         }
       }
       return launchDepthwiseWindow(g, type, run, depthwiseWindowPixels(g, type, tiling),
-                                   tiling.blockThreads, x, w, bias, residual, y, epilogue, stream);
+                                   tiling.blockThreads, tiling.capRegisters, x, w, bias, residual,
+                                   y, epilogue, stream);
     }
     if (fits(kWidest)) return launch(std::integral_constant<int, kWidest>{});
     if constexpr (kWidest >= 4) {

@@ -95,6 +95,10 @@ struct DepthwiseTiling {
   int vectorBytes = 8;  // the widest channel run a thread moves at once: 16, 8 or 4 bytes
   bool window = true;
   int windowPixels = 0;
+  // The window kernel's float16 / bfloat16 instances compiled for at most 56 registers a thread
+  // (9 blocks of 128 threads an SM) and launched in 128-thread blocks, where ptxas spilled
+  // nothing at that bound; the plain instance (blockThreads) elsewhere. The same bits.
+  bool capRegisters = false;
 };
 
 // The output pixels a thread of the window kernel computes for `g` under `tiling`: windowPixels
@@ -112,10 +116,10 @@ cudaError_t launchDepthwiseNhwc(const ConvGeometry& g, ElementType type, const v
 
 // The window kernel alone (launchDepthwiseNhwc calls it): `runElements` channels (1, 2, 4 or 8,
 // dividing the channels and every pointer's alignment) and `pixels` outputs (2, 4 or 8) a thread;
-// blockThreads as DepthwiseTiling's (0: the occupancy calculator's).
+// blockThreads and capRegisters as DepthwiseTiling's (0: the occupancy calculator's).
 cudaError_t launchDepthwiseWindow(const ConvGeometry& g, ElementType type, int runElements,
-                                  int pixels, int blockThreads, const void* x, const void* w,
-                                  const void* bias, const void* residual, void* y,
+                                  int pixels, int blockThreads, bool capRegisters, const void* x,
+                                  const void* w, const void* bias, const void* residual, void* y,
                                   ConvEpilogue epilogue, cudaStream_t stream);
 
 // ConvTranspose (NCHW), one thread per output element gathering what the op scatters into it:

@@ -32,10 +32,10 @@ using device::Vec;
 // width and S the stride along the row (dilation 1 along it; any height, stride and dilation
 // down the columns).
 template <typename T, int V, int P, int K, int S>
-__global__ void depthwiseWindowKernel(ConvGeometry g, const T* __restrict__ x,
-                                      const T* __restrict__ w, const T* __restrict__ bias,
-                                      const T* __restrict__ residual, T* __restrict__ y,
-                                      ConvEpilogue epilogue, int total) {
+__device__ __forceinline__ void depthwiseWindow(const ConvGeometry& g, const T* __restrict__ x,
+                                                const T* __restrict__ w, const T* __restrict__ bias,
+                                                const T* __restrict__ residual, T* __restrict__ y,
+                                                const ConvEpilogue& epilogue, int total) {
   constexpr int kSpan = (P - 1) * S + K;  // input pixels the P outputs of a row read
   const int channels = static_cast<int>(g.channels);
   const int inH = static_cast<int>(g.in[1]), inW = static_cast<int>(g.in[2]);
@@ -99,6 +99,45 @@ __global__ void depthwiseWindowKernel(ConvGeometry g, const T* __restrict__ x,
   }
 }
 
+template <typename T, int V, int P, int K, int S>
+__global__ void depthwiseWindowKernel(ConvGeometry g, const T* __restrict__ x,
+                                      const T* __restrict__ w, const T* __restrict__ bias,
+                                      const T* __restrict__ residual, T* __restrict__ y,
+                                      ConvEpilogue epilogue, int total) {
+  depthwiseWindow<T, V, P, K, S>(g, x, w, bias, residual, y, epilogue, total);
+}
+
+// The same, compiled for 9 resident blocks of 128 threads an SM: at most 56 registers a thread
+// (65536 / 1152), where the plain instance may take more (64 for float16, 2 channels, 8 pixels, 7
+// taps, stride 1, which leaves 1024 threads an SM). Used only where ptxas needed no local memory
+// for it (launchDepthwiseWindow checks), so the arithmetic and its order are the plain one's.
+constexpr int kCappedThreads = 128;
+constexpr int kCappedBlocks = 9;
+constexpr int kCappedRegisters = 56;
+static_assert(65536 / (kCappedThreads * kCappedBlocks) >= kCappedRegisters, "56 registers fit");
+
+template <typename T, int V, int P, int K, int S>
+__global__ void __launch_bounds__(kCappedThreads, kCappedBlocks)
+    depthwiseWindowCappedKernel(ConvGeometry g, const T* __restrict__ x, const T* __restrict__ w,
+                                const T* __restrict__ bias, const T* __restrict__ residual,
+                                T* __restrict__ y, ConvEpilogue epilogue, int total) {
+  depthwiseWindow<T, V, P, K, S>(g, x, w, bias, residual, y, epilogue, total);
+}
+
+// Whether `kernel` runs without local memory (no spills, no stack), asked once per instance.
+template <typename Kernel>
+bool spillsNothing(Kernel kernel) {
+  static const bool none = [kernel] {
+    cudaFuncAttributes attributes{};
+    if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return attributes.localSizeBytes == 0;
+  }();
+  return none;
+}
+
 template <int N>
 using Int = std::integral_constant<int, N>;
 
@@ -152,8 +191,8 @@ int depthwiseWindowPixels(const ConvGeometry& g, ElementType type, const Depthwi
 }
 
 cudaError_t launchDepthwiseWindow(const ConvGeometry& g, ElementType type, int runElements,
-                                  int pixels, int blockThreads, const void* x, const void* w,
-                                  const void* bias, const void* residual, void* y,
+                                  int pixels, int blockThreads, bool capRegisters, const void* x,
+                                  const void* w, const void* bias, const void* residual, void* y,
                                   ConvEpilogue epilogue, cudaStream_t stream) {
   if (!depthwiseWindowFits(g) || g.channels % runElements != 0) return cudaErrorInvalidValue;
   if (blockThreads != 0 && (blockThreads < 32 || blockThreads > 1024)) {
@@ -170,14 +209,24 @@ cudaError_t launchDepthwiseWindow(const ConvGeometry& g, ElementType type, int r
         constexpr int S = decltype(step)::value;
         const int64_t tiles = (g.out[2] + P - 1) / P;
         const int total = static_cast<int>(g.batch * g.out[1] * tiles * (g.channels / V));
-        const int threads =
-            device::depthwiseBlockThreads(depthwiseWindowKernel<T, V, P, K, S>, blockThreads);
-        const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, kMaxBlocks);
-        depthwiseWindowKernel<T, V, P, K, S><<<static_cast<unsigned>(std::max<int64_t>(blocks, 1)),
-                                               static_cast<unsigned>(threads), 0, stream>>>(
-            g, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
-            static_cast<const T*>(residual), static_cast<T*>(y), epilogue, total);
-        return cudaGetLastError();
+        auto run = [&](auto kernel, int threads) -> cudaError_t {
+          const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, kMaxBlocks);
+          kernel<<<static_cast<unsigned>(std::max<int64_t>(blocks, 1)),
+                   static_cast<unsigned>(threads), 0, stream>>>(
+              g, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
+              static_cast<const T*>(residual), static_cast<T*>(y), epilogue, total);
+          return cudaGetLastError();
+        };
+        // The capped instances exist for float16 and bfloat16 only (the reduced-precision
+        // routes that speed is measured on), which keeps this file's build time in bounds.
+        if constexpr (sizeof(T) == 2) {
+          if (capRegisters && spillsNothing(depthwiseWindowCappedKernel<T, V, P, K, S>)) {
+            return run(depthwiseWindowCappedKernel<T, V, P, K, S>, kCappedThreads);
+          }
+        }
+        return run(
+            depthwiseWindowKernel<T, V, P, K, S>,
+            device::depthwiseBlockThreads(depthwiseWindowKernel<T, V, P, K, S>, blockThreads));
       };
       auto byStride = [&](auto tile, auto taps) -> cudaError_t {
         return g.stride[2] == 2 ? launch(tile, taps, Int<2>{}) : launch(tile, taps, Int<1>{});

@@ -169,6 +169,21 @@ const knobs::Knob kConvDepthwiseWindowPixels = knobs::declareKnob({
     .perNode = true,
 });
 
+const knobs::Knob kConvDepthwiseWindowRegisters = knobs::declareKnob({
+    .name = "cuda.conv.depthwise.window.registers",
+    .kind = knobs::KnobKind::kEnum,
+    .choices = {"natural", "56"},
+    .defaultValue = "natural",
+    .help = "registers a thread of the depthwise window kernel may take at float16 / bfloat16: "
+            "what ptxas gives each instance (natural), or at most 56 (an instance compiled for 9 "
+            "blocks of 128 threads an SM, 1152 threads, launched in 128-thread blocks; "
+            "cuda.conv.depthwise.block does not apply) wherever ptxas spilled nothing at that "
+            "bound (ConvNeXt's 7x7 instance at 2 channels and 8 pixels: 64 registers natural, "
+            "56 capped). Same bits",
+    .backends = {"cuda"},
+    .perNode = true,
+});
+
 const knobs::Knob kConvDepthwiseBlock = knobs::declareKnob({
     .name = "cuda.conv.depthwise.block",
     .kind = knobs::KnobKind::kEnum,
@@ -1360,9 +1375,13 @@ class ConvStep final : public Step {
     if (choice_.depthwise) {
       if (windowKernel()) {
         return fmt::format(
-            "kiln's depthwise window kernel, {} px a thread, {} blocks, runs of up to {} bytes",
+            "kiln's depthwise window kernel, {} px a thread, {} blocks, runs of up to {} bytes{}",
             depthwiseWindowPixels(problem_.geometry, problem_.type, choice_.tiling),
-            depthwiseBlocks(), choice_.tiling.vectorBytes);
+            depthwiseBlocks(), choice_.tiling.vectorBytes,
+            choice_.tiling.capRegisters
+                ? " (float16 / bfloat16: at most 56 registers a thread in 128-thread blocks "
+                  "where that spills nothing)"
+                : "");
       }
       return fmt::format(
           "kiln's depthwise kernel, {} px a thread, {} blocks, runs of up to {} bytes",
@@ -1466,6 +1485,7 @@ class ConvStep final : public Step {
         if (choice_.tiling.windowPixels != 0) {
           name += ".px" + std::to_string(choice_.tiling.windowPixels);
         }
+        if (choice_.tiling.capRegisters) name += ".regs56";
       } else if (choice_.tiling.pixels != 1) {
         name += ".px" + std::to_string(choice_.tiling.pixels);
       }
@@ -1654,6 +1674,7 @@ std::unique_ptr<Step> makeConvStep(const ir::Node& node, const knobs::Route& rou
   choice.tiling.window = route.value(kConvDepthwiseWindow, &node) == "registers";
   const std::string windowPixels = route.value(kConvDepthwiseWindowPixels, &node);
   choice.tiling.windowPixels = windowPixels == "auto" ? 0 : std::stoi(windowPixels);
+  choice.tiling.capRegisters = route.value(kConvDepthwiseWindowRegisters, &node) == "56";
   choice.nativeBlock = std::stoi(route.value(kConvNativeBlock, &node));
   choice.epilogueBlock = std::stoi(route.value(kConvEpilogueBlock, &node));
   choice.timed = route.value(kConvAlgo, &node) == "timed";

@@ -13,7 +13,9 @@
 #      2 channels and 8 pixels takes 64 registers, 1024 threads an SM, so ConvNeXt-T's first
 #      stage, 150K threads, is 1.1 waves on 132 SMs), and 128-thread blocks (9 of them fit an
 #      SM at 56 registers, 1152 threads: the 8x4-pixel stage-2 instance's 150K threads in one
-#      wave), and the occupancy calculator's blocks (cuda.conv.depthwise.block=occupancy).
+#      wave), the occupancy calculator's blocks (cuda.conv.depthwise.block=occupancy), and the
+#      window instances capped at 56 registers (cuda.conv.depthwise.window.registers=56: the
+#      stage-1 instance too then fits 1152 threads an SM).
 set -uo pipefail
 start=$(date +%s)
 rm -rf /tmp/k && mkdir -p /tmp/k && tar -C /tmp/k -xJf .device/kiln-device.tar.xz || exit 1
@@ -54,6 +56,6 @@ python3 bench/gpu/routes.py --kiln /tmp/k/bin/kiln --models $M --workloads swin_
   --rounds 2 --duration 1 --base=-cuda.precision=fp16 --json "$OUT/routes_merge.json" -- default "-graph.compose_row_moves.concats=off" > "$OUT/routes_merge.txt" 2>&1
 echo "routes merge: exit $? after $(($(date +%s) - start)) s"; tail -4 "$OUT/routes_merge.txt"
 python3 bench/gpu/routes.py --kiln /tmp/k/bin/kiln --models $M --workloads convnext_tiny_b8,mobilenet_v3_large_b1 \
-  --rounds 2 --duration 1 --base=-cuda.precision=fp16 --json "$OUT/routes_vector.json" -- default "-cuda.conv.depthwise.vector=8" "-cuda.conv.depthwise.window.pixels=4" "-cuda.conv.depthwise.window.pixels=2" "-cuda.conv.depthwise.block=128" "-cuda.conv.depthwise.block=occupancy" > "$OUT/routes_vector.txt" 2>&1
+  --rounds 2 --duration 1 --base=-cuda.precision=fp16 --json "$OUT/routes_vector.json" -- default "-cuda.conv.depthwise.vector=8" "-cuda.conv.depthwise.window.pixels=4" "-cuda.conv.depthwise.window.pixels=2" "-cuda.conv.depthwise.block=128" "-cuda.conv.depthwise.block=occupancy" "-cuda.conv.depthwise.window.registers=56" > "$OUT/routes_vector.txt" 2>&1
 echo "routes vector: exit $? after $(($(date +%s) - start)) s"; tail -12 "$OUT/routes_vector.txt"
 echo "done after $(($(date +%s) - start)) s"
