@@ -1,21 +1,15 @@
 #!/usr/bin/env bash
 # 2026-12-08: split keys for the flash kernel (cuda.attention.flash.split, off by default until
 # this has run; auto: 2 tiles a CTA where the unsplit grid is smaller than the GPU's SM count),
-# and what the 2026-12-07 next.sh still owed. Needs the full pack (scripts/device-pack.sh; carry .device). In order, each step
-# logged as it ends so that a cut-off run still returns the earlier ones:
+# and what the 2026-12-07 next.sh still owed. Needs the full pack (scripts/device-pack.sh; carry
+# .device). In order, each step logged as it ends so that a cut-off run still returns the
+# earlier ones:
 #   1. the CUDA tests of the attention, depthwise, data-move and precision kernels, and every knob
 #      test with its GPU half;
 #   2. GPT-2 b1 s512: outputs with split auto, off and 1 against each other and the fp32
 #      reference, then an A/B of off (the default), auto, 1, 2 and 4;
-#   3. next.sh's A/Bs: Swin-T with -graph.compose_row_moves.concats=off, and the depthwise channel
-#      run's default (auto: 4 bytes at fp16) against 8 on ConvNeXt-T and MobileNetV3-L, and the
-#      window kernel's pixels a thread at 4 and 2 against auto (ptxas: the 7x7 fp16 instance at
-#      2 channels and 8 pixels takes 64 registers, 1024 threads an SM, so ConvNeXt-T's first
-#      stage, 150K threads, is 1.1 waves on 132 SMs), and 128-thread blocks (9 of them fit an
-#      SM at 56 registers, 1152 threads: the 8x4-pixel stage-2 instance's 150K threads in one
-#      wave), the occupancy calculator's blocks (cuda.conv.depthwise.block=occupancy), and the
-#      window instances capped at 56 registers (cuda.conv.depthwise.window.registers=56: the
-#      stage-1 instance too then fits 1152 threads an SM).
+#   3. next.sh's Swin-T A/B: -graph.compose_row_moves.concats=off against the default.
+# The depthwise A/Bs are in ../depthwise/depthwise.sh (a call of their own).
 set -uo pipefail
 start=$(date +%s)
 rm -rf /tmp/k && mkdir -p /tmp/k && tar -C /tmp/k -xJf .device/kiln-device.tar.xz || exit 1
@@ -28,7 +22,7 @@ timeout 90 /tmp/k/bin/kiln_knob_tests > "$OUT/tests_knobs.txt" 2>&1
 echo "knob tests: exit $? after $(($(date +%s) - start)) s"
 grep -E '^\[  (PASSED|FAILED)  \]|^\[  FAILED|Failure' "$OUT/tests_knobs.txt" | head -20
 M=/tmp/kiln-gpu-bench/models
-(unset LD_LIBRARY_PATH; bench/gpu/run.sh --kiln /tmp/k/bin/kiln --stages export --only gpt2_b1_s512,swin_t_b8,convnext_tiny_b8,mobilenet_v3_large_b1 --work /tmp/kiln-gpu-bench --out /tmp/kiln-gpu-export > /tmp/export.log 2>&1)
+(unset LD_LIBRARY_PATH; bench/gpu/run.sh --kiln /tmp/k/bin/kiln --stages export --only gpt2_b1_s512,swin_t_b8 --work /tmp/kiln-gpu-bench --out /tmp/kiln-gpu-export > /tmp/export.log 2>&1)
 echo "export: exit $? after $(($(date +%s) - start)) s"; tail -3 /tmp/export.log
 G=$M/gpt2_b1_s512
 for s in auto off 1; do
@@ -55,7 +49,4 @@ echo "routes split: exit $? after $(($(date +%s) - start)) s"; tail -7 "$OUT/rou
 python3 bench/gpu/routes.py --kiln /tmp/k/bin/kiln --models $M --workloads swin_t_b8 \
   --rounds 2 --duration 1 --base=-cuda.precision=fp16 --json "$OUT/routes_merge.json" -- default "-graph.compose_row_moves.concats=off" > "$OUT/routes_merge.txt" 2>&1
 echo "routes merge: exit $? after $(($(date +%s) - start)) s"; tail -4 "$OUT/routes_merge.txt"
-python3 bench/gpu/routes.py --kiln /tmp/k/bin/kiln --models $M --workloads convnext_tiny_b8,mobilenet_v3_large_b1 \
-  --rounds 2 --duration 1 --base=-cuda.precision=fp16 --json "$OUT/routes_vector.json" -- default "-cuda.conv.depthwise.vector=8" "-cuda.conv.depthwise.window.pixels=4" "-cuda.conv.depthwise.window.pixels=2" "-cuda.conv.depthwise.block=128" "-cuda.conv.depthwise.block=occupancy" "-cuda.conv.depthwise.window.registers=56" > "$OUT/routes_vector.txt" 2>&1
-echo "routes vector: exit $? after $(($(date +%s) - start)) s"; tail -12 "$OUT/routes_vector.txt"
 echo "done after $(($(date +%s) - start)) s"
