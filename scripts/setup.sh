@@ -18,6 +18,7 @@ packages=(
   libgtest-dev libgmock-dev           # unit tests
   chromium poppler-utils              # the HTML report's test renders it and reads the page
   clang libclang-rt-14-dev            # scripts/sanitize.sh: ASan, UBSan and libFuzzer
+  python3                             # the self-tests of bench/gpu's analysis scripts
 )
 
 missing=()

@@ -5,6 +5,8 @@
 # detailed section set of the hottest depthwise and flash kernels, and torch.compile's kernels
 # for the same four (torch_kernels.py). Needs the pack (carry .device) and the models that
 # next.sh exported to /tmp/kiln-gpu-bench (it exports them itself where they are missing).
+# bench/gpu/ncu_table.py turns each workload's two logs into one inference's kernel table
+# ($OUT/ncu_<workload>.md). Not yet run (no device in the 2026-12-07 and 12-08 sessions).
 set -uo pipefail
 start=$(date +%s)
 [[ -x /tmp/k/bin/kiln ]] || { rm -rf /tmp/k && mkdir -p /tmp/k && tar -C /tmp/k -xJf .device/kiln-device.tar.xz || exit 1; }
@@ -25,6 +27,7 @@ for w in ${W//,/ }; do
       --duration 0 > /tmp/ncu_run.txt 2>&1 || { echo "$w it=$it failed"; tail -5 /tmp/ncu_run.txt; }
   done
   echo "$w: $(grep -c gpu__time_duration "$OUT/ncu_${w}_1.csv") / $(grep -c gpu__time_duration "$OUT/ncu_${w}_2.csv") kernels after $(($(date +%s) - start)) s"
+  python3 bench/gpu/ncu_table.py "$OUT/ncu_${w}_1.csv" "$OUT/ncu_${w}_2.csv" --top 20 > "$OUT/ncu_${w}.md" 2>&1; head -14 "$OUT/ncu_${w}.md"
 done
 # Detailed sections of one launch of each hot kernel of kiln's.
 timeout 120 "$NCU" --clock-control none --set detailed -k regex:depthwiseWindow --launch-count 2 \
