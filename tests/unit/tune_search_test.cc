@@ -417,6 +417,37 @@ TEST(TuneSearch, ThreeSignificantKnobsCombineIntoTheProductLessMeasured) {
   EXPECT_EQ(planSecondPhase(parse(kFourAxes), records).routes, plan.routes);
 }
 
+// --mixed-max-routes: the product takes values largest gain first while it stays within the
+// bound (the measured routes count), and names the rest.
+TEST(TuneSearch, SecondPhaseStaysWithinItsRouteBound) {
+  const auto records = numbered({
+      okRecord("", kBase), okRecord("-fusion.conv_act=off", 8.0),  // 20%
+      okRecord("-cpu.conv.algo=im2col", 9.0),                      // 10%
+      okRecord("-cpu.conv.algo=direct", 8.5),                      // 15%
+      okRecord("-cpu.gemm.kc=512", 7.0),                           // 30%
+  });
+  // Bound 6: kc=512 (2 routes), then fusion.conv_act=off (4); cpu.conv.algo's values would make
+  // 8 and are left out.
+  const SecondPhase plan = planSecondPhase(parse(kFourAxes), records, 0.0, 0.0, 6);
+  EXPECT_EQ(plan.routes, (std::vector<std::string>{"-cpu.gemm.kc=512 -fusion.conv_act=off"}));
+  EXPECT_EQ(plan.knobs,
+            (std::vector<std::string>{"fusion.conv_act=[on|off]", "cpu.gemm.kc=[256|512]"}));
+  EXPECT_EQ(plan.note,
+            "2 significant gains left out to keep the product within 6 routes: "
+            "cpu.conv.algo=direct (15.00%), cpu.conv.algo=im2col (10.00%)");
+  // Bound 8: cpu.conv.algo=direct fits too (2 x 2 x 2); im2col would make 12.
+  const SecondPhase eight = planSecondPhase(parse(kFourAxes), records, 0.0, 0.0, 8);
+  EXPECT_EQ(eight.knobs,
+            (std::vector<std::string>{"fusion.conv_act=[on|off]", "cpu.conv.algo=[auto|direct]",
+                                      "cpu.gemm.kc=[256|512]"}));
+  EXPECT_EQ(eight.routes.size(), 8u - 4u);
+  // A bound the whole product fits in (2 x 3 x 2 = 12), and no bound: the same plan.
+  const SecondPhase whole = planSecondPhase(parse(kFourAxes), records, 0.0, 0.0, 12);
+  EXPECT_EQ(whole.routes, planSecondPhase(parse(kFourAxes), records, 0.0, 0.0, 0).routes);
+  EXPECT_EQ(whole.routes.size(), 12u - 5u);
+  EXPECT_TRUE(whole.note.empty()) << whole.note;
+}
+
 TEST(TuneSearch, RoutesRecordedByAnInterruptedSecondPhaseAreNotPlannedAgain) {
   std::vector<TrialRecord> records = fourAxesPhaseOne();
   // The first run measured three phase-two routes (one of them crashed) before it stopped.

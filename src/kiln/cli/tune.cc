@@ -62,6 +62,7 @@ Status prepare(TuneFlags& flags, const CLI::App& sub) {
                               "--duration",
                               "--finalists",
                               "--mixed-min-gain",
+                              "--mixed-max-routes",
                               "--saveEngine",
                               "--report",
                               "--save-all-engines",
@@ -250,6 +251,12 @@ Command addTuneCommand(CLI::App& app) {
          "significant gain)")
       ->default_str("0.5")
       ->check(CLI::Range(0.0, 99.0));
+  sub->add_option("--mixed-max-routes", o.mixedMaxRoutes,
+                  "mixed: the most routes phase two's product may hold; where the significant "
+                  "gains' product is larger, the largest gains enter it first and the rest are "
+                  "reported and left out (0: no bound)")
+      ->default_val(128)
+      ->check(CLI::Range(size_t{0}, size_t{1} << 40));
   sub->add_option("--finalists", o.finalists,
                   "routes re-measured interleaved with the default before a winner is declared")
       ->default_val(3)

@@ -85,8 +85,8 @@ Result<json> describeStudy(const ResultStore& store, const std::optional<std::st
     for (const auto& r : records) phaseTwoDone += r.phase == 2;
     json total = nullptr;
     if (phaseOneDone == phaseOne.size() && header.count("control")) {
-      const SecondPhase plan =
-          planSecondPhase(expression, records, drift.value_or(0.0), options.mixedMinGain);
+      const SecondPhase plan = planSecondPhase(expression, records, drift.value_or(0.0),
+                                               options.mixedMinGain, options.mixedMaxRoutes);
       total = plan.routes.size() + phaseTwoDone;
     }
     phases.push_back({{"phase", 2}, {"routes", total}, {"done", phaseTwoDone}});

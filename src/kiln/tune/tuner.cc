@@ -18,6 +18,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <set>
@@ -110,6 +111,7 @@ json TuneOptions::studyJson() const {
       {"timing", timingSettingsJson(timing)},
       {"finalists", finalists},
       {"mixed_min_gain", mixedMinGain},
+      {"mixed_max_routes", mixedMaxRoutes},
       {"final_timing", timingSettingsJson(finalTiming)},
       {"save_engine", saveEngine.empty() ? "" : fs::absolute(saveEngine).string()},
       {"report", report.empty() ? "" : fs::absolute(report).string()},
@@ -139,6 +141,8 @@ Status TuneOptions::restoreStudy(const json& study) {
     finalists = study.at("finalists").get<int>();
     // Stores from before the minimum gain combined every significant gain.
     mixedMinGain = study.value("mixed_min_gain", 0.0);
+    // Stores from before the bound planned the whole product.
+    mixedMaxRoutes = study.value("mixed_max_routes", size_t{0});
     finalTiming = timingSettingsFrom(study.at("final_timing"));
     saveEngine = study.at("save_engine").get<std::string>();
     report = study.at("report").get<std::string>();
@@ -757,7 +761,8 @@ bool eligible(const TrialRecord* record) {
 }
 
 SecondPhase planSecondPhase(const knobs::RouteExpression& expression,
-                            const std::vector<TrialRecord>& records, double drift, double minGain) {
+                            const std::vector<TrialRecord>& records, double drift, double minGain,
+                            size_t maxRoutes) {
   SecondPhase plan;
   std::vector<std::string> small;  // significant, but below minGain
   const TrialRecord* base = findRecord(records, expression.pinned.canonicalText());
@@ -765,10 +770,16 @@ SecondPhase planSecondPhase(const knobs::RouteExpression& expression,
     plan.note = "the default route is not eligible, so no gain over it can be significant";
     return plan;
   }
-  std::vector<std::pair<const knobs::KnobAxis*, std::vector<std::string>>> selected;
-  for (const auto& axis : expression.axes) {
+  // Each axis's values with a significant gain of at least minGain, with their gains.
+  struct Gain {
+    size_t axis;
+    std::string value;
+    double gain;
+  };
+  std::vector<Gain> candidates;
+  for (size_t a = 0; a < expression.axes.size(); ++a) {
+    const auto& axis = expression.axes[a];
     const std::string baselineValue = expression.baselineValue(axis);
-    std::vector<std::string> gains;
     for (const auto& value : axis.values) {
       if (value == baselineValue) continue;
       const std::string route = knobs::withSetting(expression.pinned, axis, value).canonicalText();
@@ -776,18 +787,50 @@ SecondPhase planSecondPhase(const knobs::RouteExpression& expression,
       if (eligible(record) && significantlyFaster(*record->timing, *base->timing, drift)) {
         const double gain = 1 - record->timing->summary.median / base->timing->summary.median;
         if (gain >= minGain) {
-          gains.push_back(value);
+          candidates.push_back({a, value, gain});
         } else {
           small.push_back(fmt::format("{}={} ({:.2f}%)", axis.label(), value, 100 * gain));
         }
       }
     }
-    if (!gains.empty()) {
-      std::string text = axis.label() + "=[" + baselineValue;
-      for (const auto& g : gains) text += "|" + g;
-      plan.knobs.push_back(text + "]");
-      selected.emplace_back(&axis, std::move(gains));
+  }
+  // Within maxRoutes: the largest gains first, each while the product (every axis at its baseline
+  // or one of its values taken) stays within the bound.
+  std::vector<bool> taken(candidates.size(), true);
+  std::vector<std::string> capped;
+  if (maxRoutes > 0) {
+    std::vector<size_t> order(candidates.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return candidates[a].gain > candidates[b].gain; });
+    std::vector<size_t> values(expression.axes.size(), 0);
+    double product = 1;
+    for (const size_t i : order) {
+      const Gain& c = candidates[i];
+      const double grown = product / static_cast<double>(values[c.axis] + 1) *
+                           static_cast<double>(values[c.axis] + 2);
+      if (grown <= static_cast<double>(maxRoutes)) {
+        product = grown;
+        ++values[c.axis];
+      } else {
+        taken[i] = false;
+        capped.push_back(
+            fmt::format("{}={} ({:.2f}%)", expression.axes[c.axis].label(), c.value, 100 * c.gain));
+      }
     }
+  }
+  std::vector<std::pair<const knobs::KnobAxis*, std::vector<std::string>>> selected;
+  for (size_t a = 0; a < expression.axes.size(); ++a) {
+    std::vector<std::string> gains;
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      if (candidates[i].axis == a && taken[i]) gains.push_back(candidates[i].value);
+    }
+    if (gains.empty()) continue;
+    const auto& axis = expression.axes[a];
+    std::string text = axis.label() + "=[" + expression.baselineValue(axis);
+    for (const auto& g : gains) text += "|" + g;
+    plan.knobs.push_back(text + "]");
+    selected.emplace_back(&axis, std::move(gains));
   }
   std::vector<knobs::Route> routes{expression.pinned};
   for (const auto& [axis, gains] : selected) {
@@ -814,6 +857,13 @@ SecondPhase planSecondPhase(const knobs::RouteExpression& expression,
     plan.note += fmt::format("{}{} significant gain{} below the {:.2f}% minimum left out: {}",
                              plan.note.empty() ? "" : "; ", small.size(),
                              small.size() == 1 ? "" : "s", 100 * minGain, fmt::join(small, ", "));
+  }
+  if (!capped.empty()) {
+    plan.note += fmt::format(
+        "{}{} significant gain{} left out to keep the product within {} "
+        "routes: {}",
+        plan.note.empty() ? "" : "; ", capped.size(), capped.size() == 1 ? "" : "s", maxRoutes,
+        fmt::join(capped, ", "));
   }
   return plan;
 }
@@ -1401,11 +1451,17 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
     }
     if (options.search == SearchMode::kMixed) {
       auto full = study.expression.fullCount(uint64_t{1} << 40);
-      if (full.isOk()) {
+      bool known = full.isOk();
+      uint64_t most = known ? *full - std::min<uint64_t>(*full, phaseOne.size()) : 0;
+      if (options.mixedMaxRoutes > 0 && (!known || most > options.mixedMaxRoutes)) {
+        most = options.mixedMaxRoutes;
+        known = true;
+      }
+      if (known) {
         std::printf(
             "phase two: at most %llu more routes (the product over the knobs whose change is a "
-            "significant gain; known only after phase one)\n",
-            static_cast<unsigned long long>(*full - std::min<uint64_t>(*full, phaseOne.size())));
+            "significant gain, within --mixed-max-routes; known only after phase one)\n",
+            static_cast<unsigned long long>(most));
       } else {
         std::printf("phase two: bounded by the full product, more than 2^40 routes\n");
       }
@@ -1792,7 +1848,8 @@ Result<int> runTune(TuneOptions options, const std::atomic<bool>& stop) {
 
   SecondPhase second;
   if (options.search == SearchMode::kMixed && !interrupted && !outOfTime) {
-    second = planSecondPhase(study.expression, records, drift, options.mixedMinGain);
+    second = planSecondPhase(study.expression, records, drift, options.mixedMinGain,
+                             options.mixedMaxRoutes);
     say("phase two: {} route{} over {}{}\n", second.routes.size(),
         second.routes.size() == 1 ? "" : "s",
         second.knobs.empty() ? "no knobs" : fmt::format("{}", fmt::join(second.knobs, " ")),

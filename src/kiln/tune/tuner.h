@@ -48,6 +48,8 @@ struct TuneOptions {
   // mixed: a knob value's one-off gain must be significant and at least this (a fraction of the
   // default's median) to be combined in phase two.
   double mixedMinGain = 0.005;
+  // mixed: the most routes phase two's product may hold (0: no bound); see planSecondPhase.
+  size_t mixedMaxRoutes = 128;
   TimingSettings finalTiming{.warmUpMs = 100, .minIterations = 30, .minSeconds = 1.0};
   std::filesystem::path saveEngine;      // the winner's engine (+ .manifest.json beside it)
   std::filesystem::path report;          // Markdown report ("" : beside saveEngine, if given)
@@ -139,8 +141,12 @@ struct SecondPhase {
 // `minGain`: the smallest one-off gain (0.005: 0.5% less time than the default) that enters the
 // product; a significant gain below it is named in the note and left out, since each knob
 // multiplies the phase's size and gains that small seldom add up to one worth deploying.
+// `maxRoutes` (0: none): the most routes the product may hold, the measured ones included. Where
+// the gains' product is larger, values enter it largest gain first (ties in the expression's
+// order) while the product stays within the bound; the others are named in the note and left
+// out.
 SecondPhase planSecondPhase(const knobs::RouteExpression& expression,
                             const std::vector<TrialRecord>& records, double drift = 0.0,
-                            double minGain = 0.0);
+                            double minGain = 0.0, size_t maxRoutes = 0);
 
 }  // namespace kiln::tune

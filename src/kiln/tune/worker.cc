@@ -574,7 +574,8 @@ Status Worker::advance(pg::StudyStore& store, const Study& study) {
     // in the same transaction as its queue.
     const std::optional<double> drift = controlDrift(base, controlTrials(header));
     const SecondPhase plan =
-        planSecondPhase(study.expression, records, drift.value_or(0.0), study.options.mixedMinGain);
+        planSecondPhase(study.expression, records, drift.value_or(0.0), study.options.mixedMinGain,
+                        study.options.mixedMaxRoutes);
     KILN_RETURN_IF_ERROR(pg::enqueue(store.connection(), store.id(), "trial", 2, plan.routes));
     KILN_RETURN_IF_ERROR(store.setHeaderField(
         "phase_two",
