@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <type_traits>
 
 #include "kiln/backends/cuda/kernels/conv.h"
@@ -124,18 +126,26 @@ __global__ void __launch_bounds__(kCappedThreads, kCappedBlocks)
   depthwiseWindow<T, V, P, K, S>(g, x, w, bias, residual, y, epilogue, total);
 }
 
-// Whether `kernel` runs without local memory (no spills, no stack), asked once per instance.
-template <typename Kernel>
-bool spillsNothing(Kernel kernel) {
-  static const bool none = [kernel] {
-    cudaFuncAttributes attributes{};
-    if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    return attributes.localSizeBytes == 0;
-  }();
-  return none;
+// Whether the kernel instance `Kernel` runs on the current device without local memory (no
+// spills, no stack): asked of the runtime once per instance and device, and again after a failed
+// query (which answers false).
+template <auto Kernel>
+bool spillsNothing() {
+  static std::mutex mutex;
+  static std::map<int, bool> answers;  // by device ordinal
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (const auto it = answers.find(device); it != answers.end()) return it->second;
+  cudaFuncAttributes attributes{};
+  if (cudaFuncGetAttributes(&attributes, Kernel) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return answers[device] = attributes.localSizeBytes == 0;
 }
 
 template <int N>
@@ -220,7 +230,7 @@ cudaError_t launchDepthwiseWindow(const ConvGeometry& g, ElementType type, int r
         // The capped instances exist for float16 and bfloat16 only (the reduced-precision
         // routes that speed is measured on), which keeps this file's build time in bounds.
         if constexpr (sizeof(T) == 2) {
-          if (capRegisters && spillsNothing(depthwiseWindowCappedKernel<T, V, P, K, S>)) {
+          if (capRegisters && spillsNothing<depthwiseWindowCappedKernel<T, V, P, K, S>>()) {
             return run(depthwiseWindowCappedKernel<T, V, P, K, S>, kCappedThreads);
           }
         }

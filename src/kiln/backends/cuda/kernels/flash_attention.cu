@@ -51,11 +51,13 @@
 // work on the short sequences (Swin's 49 keys need 64 either way as 2 x 32), and larger ones add
 // registers d = 128 cannot spare.
 //
-// Registers (ptxas for sm_90, no spills): d = 32: 126-128, d = 64: 162-167, d = 128: 249-255, so
-// 4, 3 and 2 CTAs an SM (minBlocks). The mask's values of a full tile are loaded ahead of
-// Q · K^T, a word for two adjacent keys where the mask's columns are contiguous and its rows
-// 4-byte aligned (GPT-2's causal [1, 1, S, S], BERT's [B, 1, 1, S]); other masks and the last,
-// partial tile read them element by element.
+// Registers (ptxas for sm_90, 4 warps, no spills): d = 32: 118-128, d = 64: 164-167, d = 128:
+// 253-255, so 4, 3 and 2 CTAs an SM (minBlocks). The split-keys instances (kSplit) are compiled
+// apart, so these stay as they were; of them, d = 128 with K' spills 16 bytes (float16) and 48
+// (bfloat16) a thread at 4 warps (ptxas, CUDA 13.0, 2026-12-08). The mask's values of a full tile
+// are loaded ahead of Q · K^T, a word for two adjacent keys where the mask's columns are contiguous
+// and its rows 4-byte aligned (GPT-2's causal [1, 1, S, S], BERT's [B, 1, 1, S]); other masks and
+// the last, partial tile read them element by element.
 //
 // Operands not 16-byte aligned (the entry's origin, or a row stride not a multiple of 8) are
 // staged element by element with plain loads instead (slower, same result).
@@ -282,7 +284,9 @@ constexpr int minBlocks(int d, int warps) {
   return perFourWarps * 4 / warps > 0 ? perFourWarps * 4 / warps : 1;
 }
 
-template <typename T, int D, bool kTransposeK, int W>
+// kSplit: the instance for split keys (args.work set), apart so that the unsplit instances keep
+// their registers (the work item and the partial stores cost d = 128 a spill).
+template <typename T, int D, bool kTransposeK, int W, bool kSplit>
 __device__ __forceinline__ void flashAttention(const FlashAttentionArgs& args) {
   using L = Layout<D, kTransposeK, W>;
   constexpr int kBlockRows = kBlockRowsOf<W>;
@@ -298,7 +302,7 @@ __device__ __forceinline__ void flashAttention(const FlashAttentionArgs& args) {
   int64_t b = 0, qBlock = 0;
   int64_t firstKey = 0, endKey = args.skv;
   int slot = -1;  // where a part of a split range leaves its partial rows; -1: rows of Y
-  if (args.work) {
+  if constexpr (kSplit) {
     // Split keys: the host's work item (longest walks first).
     b = static_cast<int64_t>(blockIdx.x) / args.works;
     const int4 item =
@@ -537,7 +541,7 @@ __device__ __forceinline__ void flashAttention(const FlashAttentionArgs& args) {
     rowSum[r] += __shfl_xor_sync(kFullMask, rowSum[r], 1);
     rowSum[r] += __shfl_xor_sync(kFullMask, rowSum[r], 2);
   }
-  if (slot >= 0) {
+  if (kSplit && slot >= 0) {
     // A part of a split range: the unnormalised rows, their maxima and sums (quad-uniform), for
     // the combine kernel. Rows past sq too (never read).
     const int64_t base = (b * args.slots + slot) * kBlockRows + warp * kWarpRows;
@@ -598,7 +602,7 @@ __device__ __forceinline__ void flashAttention(const FlashAttentionArgs& args) {
   }
 }
 
-template <typename T, int D, bool kTransposeK, int W>
+template <typename T, int D, bool kTransposeK, int W, bool kSplit>
 __global__ void __launch_bounds__(kThreadsOf<W>, minBlocks(D, W))
     flashAttentionKernel(FlashAttentionArgs args) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
@@ -606,7 +610,7 @@ __global__ void __launch_bounds__(kThreadsOf<W>, minBlocks(D, W))
   __trap();  // mma.sync m16n8k16 (bfloat16), ldmatrix and cp.async need sm_80 (the step's prepare
              // refuses older devices)
 #else
-  flashAttention<T, D, kTransposeK, W>(args);
+  flashAttention<T, D, kTransposeK, W, kSplit>(args);
 #endif
 }
 
@@ -697,18 +701,23 @@ cudaError_t byStorageType(GemmType type, Fn&& fn) {
 // shared memory bytes.
 template <typename Fn>
 cudaError_t byInstance(const FlashAttentionArgs& args, Fn&& fn) {
-  auto byWarps = [&](auto tag, auto transposeK, auto warps) -> cudaError_t {
+  auto bySplit = [&](auto tag, auto transposeK, auto warps, auto head) -> cudaError_t {
     using T = typename decltype(tag)::type;
     constexpr bool kTransposeK = decltype(transposeK)::value;
     constexpr int W = decltype(warps)::value;
+    constexpr int D = decltype(head)::value;
+    constexpr int kBytes = Layout<D, kTransposeK, W>::kBytes;
+    return args.work ? fn(flashAttentionKernel<T, D, kTransposeK, W, true>, kBytes)
+                     : fn(flashAttentionKernel<T, D, kTransposeK, W, false>, kBytes);
+  };
+  auto byWarps = [&](auto tag, auto transposeK, auto warps) -> cudaError_t {
     switch (args.d) {
       case 32:
-        return fn(flashAttentionKernel<T, 32, kTransposeK, W>, Layout<32, kTransposeK, W>::kBytes);
+        return bySplit(tag, transposeK, warps, std::integral_constant<int, 32>{});
       case 64:
-        return fn(flashAttentionKernel<T, 64, kTransposeK, W>, Layout<64, kTransposeK, W>::kBytes);
+        return bySplit(tag, transposeK, warps, std::integral_constant<int, 64>{});
       case 128:
-        return fn(flashAttentionKernel<T, 128, kTransposeK, W>,
-                  Layout<128, kTransposeK, W>::kBytes);
+        return bySplit(tag, transposeK, warps, std::integral_constant<int, 128>{});
       default:
         return cudaErrorInvalidValue;
     }
