@@ -303,10 +303,11 @@ __device__ __forceinline__ void flashAttention(const FlashAttentionArgs& args) {
   int64_t firstKey = 0, endKey = args.skv;
   int slot = -1;  // where a part of a split range leaves its partial rows; -1: rows of Y
   if constexpr (kSplit) {
-    // Split keys: the host's work item (longest walks first).
-    b = static_cast<int64_t>(blockIdx.x) / args.works;
-    const int4 item =
-        reinterpret_cast<const int4*>(args.work)[static_cast<int64_t>(blockIdx.x) - b * args.works];
+    // Split keys: the host's work item i (longest walks first) for every batch entry b, at
+    // i * batch + b, so that the longest walks of all entries start first.
+    const int64_t i = static_cast<int64_t>(blockIdx.x) / args.batch;
+    b = static_cast<int64_t>(blockIdx.x) - i * args.batch;
+    const int4 item = reinterpret_cast<const int4*>(args.work)[i];
     qBlock = item.x;
     firstKey = item.y * int64_t{kKeys};
     endKey = min(args.skv, item.z * int64_t{kKeys});

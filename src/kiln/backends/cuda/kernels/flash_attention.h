@@ -51,7 +51,7 @@ struct FlashAttentionArgs {
   // there is not seen, where without skipping it would make its row NaN.
   const int32_t* keyTiles = nullptr;
   // Split keys (cuda.attention.flash.split): with `work` set (keyTiles is then ignored), CTA
-  // b * works + i takes work item i of batch entry b, four int32 each: the query block, its first
+  // i * batch + b takes work item i of batch entry b, four int32 each: the query block, its first
   // and one past its last key tile, and a slot. Slot -1 walks the block's whole range and writes
   // its rows of Y as without splitting. A slot s >= 0 walks one part of a longer range and leaves
   // its rows' unnormalised output, running maximum and probability sum in `partial` (float
