@@ -153,25 +153,29 @@ struct FlashSplitEffect {
   return 0;
 }();
 
-// 48 heads of 130 queries against 130 keys (3 key tiles) unmasked: 144 CTAs, not fewer than an
-// H100's or H200's 132 SMs, so auto would leave the keys whole.
-ir::Graph manyHeads() {
-  GraphSketch g;
-  g.output(g.node("Attention",
-                  {g.input("q", {1, 48, 130, 64}), g.input("k", {1, 48, 130, 64}),
-                   g.input("v", {1, 48, 130, 64})},
-                  {{"scale", ir::Attribute{0.125f}}, {"transpose_k", ir::Attribute{int64_t{1}}}},
-                  "attn", ir::kKilnDomain));
-  return g.take();
+// kiln.Attention over [1, heads, queries, 64] queries and [1, heads, keys, 64] keys and values
+// (transpose_k), unmasked, float32 until a route says otherwise.
+std::function<ir::Graph()> plainAttention(int64_t heads, int64_t queries, int64_t keys) {
+  return [=] {
+    GraphSketch g;
+    g.output(g.node("Attention",
+                    {g.input("q", {1, heads, queries, 64}), g.input("k", {1, heads, keys, 64}),
+                     g.input("v", {1, heads, keys, 64})},
+                    {{"scale", ir::Attribute{0.125f}}, {"transpose_k", ir::Attribute{int64_t{1}}}},
+                    "attn", ir::kKilnDomain));
+    return g.take();
+  };
 }
 
+// 48 heads of 130 queries against 130 keys (3 key tiles) unmasked: 144 CTAs, not fewer than an
+// H100's or H200's 132 SMs, so auto would leave the keys whole.
 KILN_KNOB_EFFECT({
     .knob = "cuda.attention.flash.split",
     .value = "2",
     .shows = "48 heads' 144 query blocks fill the GPU (auto would leave them whole), and 2 splits "
              "each block's 3 key tiles in two CTAs anyway",
     .backend = "cuda",
-    .graph = manyHeads,
+    .graph = plainAttention(48, 130, 130),
     .baseRoute = "-cuda.precision=fp16 -cuda.host_fallback=off",
     .tolerance = 1e-2,
     .expect =
@@ -183,23 +187,13 @@ KILN_KNOB_EFFECT({
         },
 });
 
-// 40 queries against 330 keys (6 key tiles, the last partial) unmasked: one query block a head.
-ir::Graph longKeys() {
-  GraphSketch g;
-  g.output(g.node(
-      "Attention",
-      {g.input("q", {1, 2, 40, 64}), g.input("k", {1, 2, 330, 64}), g.input("v", {1, 2, 330, 64})},
-      {{"scale", ir::Attribute{0.125f}}, {"transpose_k", ir::Attribute{int64_t{1}}}}, "attn",
-      ir::kKilnDomain));
-  return g.take();
-}
-
+// 40 queries against 330 keys (6 key tiles, the last partial): one query block a head.
 KILN_KNOB_EFFECT({
     .knob = "cuda.attention.flash.split",
     .value = "4",
     .shows = "a query block over 6 key tiles walks them in two CTAs of 3 instead of one",
     .backend = "cuda",
-    .graph = longKeys,
+    .graph = plainAttention(2, 40, 330),
     .baseRoute = "-cuda.precision=fp16 -cuda.host_fallback=off",
     .tolerance = 1e-2,
     .expect =
@@ -232,19 +226,6 @@ KILN_KNOB_EFFECT({
   return 0;
 }();
 
-// x [1, 2, 40, 64] attention over `keys` keys, unfused (float32: flash does not take it).
-std::function<ir::Graph()> unfusedAttention(int64_t keys) {
-  return [keys] {
-    GraphSketch g;
-    g.output(g.node("Attention",
-                    {g.input("q", {1, 2, 40, 64}), g.input("k", {1, 2, keys, 64}),
-                     g.input("v", {1, 2, keys, 64})},
-                    {{"scale", ir::Attribute{0.125f}}, {"transpose_k", ir::Attribute{int64_t{1}}}},
-                    "attn", ir::kKilnDomain));
-    return g.take();
-  };
-}
-
 struct SoftmaxLaunch {
   const char* knob;
   const char* value;
@@ -271,7 +252,7 @@ struct SoftmaxLaunch {
         .shows = "the unfused attention's softmax over " + std::to_string(e.keys) +
                  " keys launches as \"" + e.changed + "\" instead of \"" + e.base + "\"",
         .backend = "cuda",
-        .graph = unfusedAttention(e.keys),
+        .graph = plainAttention(2, 40, e.keys),
         .expect =
             [base, changed](const BuildSnapshot& before, const BuildSnapshot& after) {
               EXPECT_EQ(after.layer("attn").tactic, "kiln.attention.unfused");
