@@ -282,8 +282,8 @@ cudaError_t launchDirectConv(const ConvGeometry& geometry, ElementType type, con
 
 cudaError_t launchDepthwiseNhwc(const ConvGeometry& g, ElementType type, const void* x,
                                 const void* w, const void* bias, const void* residual, void* y,
-                                ConvEpilogue epilogue, DepthwiseTiling tiling,
-                                cudaStream_t stream) {
+                                ConvEpilogue epilogue, DepthwiseTiling tiling, cudaStream_t stream,
+                                bool queryOnly) {
   if (!depthwiseNhwcFits(g)) return cudaErrorInvalidValue;
   if (tiling.pixels != 1 && tiling.pixels != 2 && tiling.pixels != 4) return cudaErrorInvalidValue;
   if (tiling.blockThreads != 0 && (tiling.blockThreads < 32 || tiling.blockThreads > 1024)) {
@@ -306,7 +306,8 @@ cudaError_t launchDepthwiseNhwc(const ConvGeometry& g, ElementType type, const v
       const int64_t tiles = (g.out[2] + P - 1) / P;
       const int total = static_cast<int>(g.batch * g.out[1] * tiles * (g.channels / V));
       const int threads =
-          device::depthwiseBlockThreads(depthwiseNhwcKernel<T, V, P>, tiling.blockThreads);
+          device::depthwiseBlockThreads<depthwiseNhwcKernel<T, V, P>>(tiling.blockThreads);
+      if (queryOnly) return cudaSuccess;
       const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, kMaxBlocks);
       depthwiseNhwcKernel<T, V, P><<<static_cast<unsigned>(std::max<int64_t>(blocks, 1)),
                                      static_cast<unsigned>(threads), 0, stream>>>(
@@ -341,7 +342,7 @@ cudaError_t launchDepthwiseNhwc(const ConvGeometry& g, ElementType type, const v
       }
       return launchDepthwiseWindow(g, type, run, depthwiseWindowPixels(g, type, tiling),
                                    tiling.blockThreads, tiling.capRegisters, x, w, bias, residual,
-                                   y, epilogue, stream);
+                                   y, epilogue, stream, queryOnly);
     }
     if (fits(kWidest)) return launch(std::integral_constant<int, kWidest>{});
     if constexpr (kWidest >= 4) {

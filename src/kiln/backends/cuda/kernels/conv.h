@@ -110,9 +110,13 @@ int depthwiseWindowPixels(const ConvGeometry& g, ElementType type, const Depthwi
 // (vector loads of up to 16 bytes where the channel count and the pointers allow), float
 // accumulation over the taps in (kh, kw) order in both, so both give the same bits. bias and
 // residual may be null.
+// With `queryOnly`, it launches nothing: it makes the instance's runtime queries that the
+// tiling asks for (the occupancy calculator's block, the capped instance's local memory), whose
+// answers are kept for later launches, so that none is made while a CUDA graph is captured.
 cudaError_t launchDepthwiseNhwc(const ConvGeometry& g, ElementType type, const void* x,
                                 const void* w, const void* bias, const void* residual, void* y,
-                                ConvEpilogue epilogue, DepthwiseTiling tiling, cudaStream_t stream);
+                                ConvEpilogue epilogue, DepthwiseTiling tiling, cudaStream_t stream,
+                                bool queryOnly = false);
 
 // The window kernel alone (launchDepthwiseNhwc calls it): `runElements` channels (1, 2, 4 or 8,
 // dividing the channels and every pointer's alignment) and `pixels` outputs (2, 4 or 8) a thread;
@@ -120,7 +124,8 @@ cudaError_t launchDepthwiseNhwc(const ConvGeometry& g, ElementType type, const v
 cudaError_t launchDepthwiseWindow(const ConvGeometry& g, ElementType type, int runElements,
                                   int pixels, int blockThreads, bool capRegisters, const void* x,
                                   const void* w, const void* bias, const void* residual, void* y,
-                                  ConvEpilogue epilogue, cudaStream_t stream);
+                                  ConvEpilogue epilogue, cudaStream_t stream,
+                                  bool queryOnly = false);
 
 // ConvTranspose (NCHW), one thread per output element gathering what the op scatters into it:
 // y[n, m, o] = bias[m] + the sum of x[n, c, i] * w[c, m's index in its group, k] over the input

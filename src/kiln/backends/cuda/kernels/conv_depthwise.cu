@@ -12,8 +12,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <type_traits>
 
 #include "kiln/backends/cuda/kernels/conv.h"
@@ -126,28 +124,6 @@ __global__ void __launch_bounds__(kCappedThreads, kCappedBlocks)
   depthwiseWindow<T, V, P, K, S>(g, x, w, bias, residual, y, epilogue, total);
 }
 
-// Whether the kernel instance `Kernel` runs on the current device without local memory (no
-// spills, no stack): asked of the runtime once per instance and device, and again after a failed
-// query (which answers false).
-template <auto Kernel>
-bool spillsNothing() {
-  static std::mutex mutex;
-  static std::map<int, bool> answers;  // by device ordinal
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  const std::lock_guard<std::mutex> lock(mutex);
-  if (const auto it = answers.find(device); it != answers.end()) return it->second;
-  cudaFuncAttributes attributes{};
-  if (cudaFuncGetAttributes(&attributes, Kernel) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return answers[device] = attributes.localSizeBytes == 0;
-}
-
 template <int N>
 using Int = std::integral_constant<int, N>;
 
@@ -203,7 +179,7 @@ int depthwiseWindowPixels(const ConvGeometry& g, ElementType type, const Depthwi
 cudaError_t launchDepthwiseWindow(const ConvGeometry& g, ElementType type, int runElements,
                                   int pixels, int blockThreads, bool capRegisters, const void* x,
                                   const void* w, const void* bias, const void* residual, void* y,
-                                  ConvEpilogue epilogue, cudaStream_t stream) {
+                                  ConvEpilogue epilogue, cudaStream_t stream, bool queryOnly) {
   if (!depthwiseWindowFits(g) || g.channels % runElements != 0) return cudaErrorInvalidValue;
   if (blockThreads != 0 && (blockThreads < 32 || blockThreads > 1024)) {
     return cudaErrorInvalidValue;
@@ -220,6 +196,7 @@ cudaError_t launchDepthwiseWindow(const ConvGeometry& g, ElementType type, int r
         const int64_t tiles = (g.out[2] + P - 1) / P;
         const int total = static_cast<int>(g.batch * g.out[1] * tiles * (g.channels / V));
         auto run = [&](auto kernel, int threads) -> cudaError_t {
+          if (queryOnly) return cudaSuccess;
           const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, kMaxBlocks);
           kernel<<<static_cast<unsigned>(std::max<int64_t>(blocks, 1)),
                    static_cast<unsigned>(threads), 0, stream>>>(
@@ -230,13 +207,13 @@ cudaError_t launchDepthwiseWindow(const ConvGeometry& g, ElementType type, int r
         // The capped instances exist for float16 and bfloat16 only (the reduced-precision
         // routes that speed is measured on), which keeps this file's build time in bounds.
         if constexpr (sizeof(T) == 2) {
-          if (capRegisters && spillsNothing<depthwiseWindowCappedKernel<T, V, P, K, S>>()) {
+          if (capRegisters && device::spillsNothing<depthwiseWindowCappedKernel<T, V, P, K, S>>()) {
             return run(depthwiseWindowCappedKernel<T, V, P, K, S>, kCappedThreads);
           }
         }
         return run(
             depthwiseWindowKernel<T, V, P, K, S>,
-            device::depthwiseBlockThreads(depthwiseWindowKernel<T, V, P, K, S>, blockThreads));
+            device::depthwiseBlockThreads<depthwiseWindowKernel<T, V, P, K, S>>(blockThreads));
       };
       auto byStride = [&](auto tile, auto taps) -> cudaError_t {
         return g.stride[2] == 2 ? launch(tile, taps, Int<2>{}) : launch(tile, taps, Int<1>{});

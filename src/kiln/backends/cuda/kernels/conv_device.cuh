@@ -5,25 +5,69 @@
 
 #include <cuda_runtime.h>
 
+#include <map>
+#include <mutex>
+#include <optional>
+
 #include "kiln/backends/cuda/kernels/conv.h"
 #include "kiln/backends/cuda/kernels/device_types.cuh"
 
 namespace kiln::cuda::device {
 
-// The threads a block of the depthwise kernel `kernel` under DepthwiseTiling::blockThreads
-// `requested`: itself, or for 0 what cudaOccupancyMaxPotentialBlockSize gives (at most 512: the
-// largest block that leaves the most threads resident an SM for the instance's registers), 256
-// where it fails.
-template <typename Kernel>
-int depthwiseBlockThreads(Kernel kernel, int requested) {
-  if (requested != 0) return requested;
-  int minGrid = 0, block = 0;
-  if (cudaOccupancyMaxPotentialBlockSize(&minGrid, &block, kernel, 0, 512) != cudaSuccess ||
-      block < 32) {
+// What the runtime says of the kernel instance `Kernel` on the current device, asked once per
+// instance, query and device: query(kernel) gives the answer, or std::nullopt on a failed call
+// (then `fallback`, not cached, so a later call asks again). Host code with no stream work; the
+// steps make their first call at prepare time (launchDepthwiseNhwc's queryOnly), outside graph
+// capture.
+template <auto Kernel, typename Value, typename Query>
+Value askOncePerDevice(Query query, Value fallback) {
+  static std::mutex mutex;
+  static std::map<int, Value> answers;  // by device ordinal
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
     (void)cudaGetLastError();
-    return 256;
+    return fallback;
   }
-  return block;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (const auto it = answers.find(device); it != answers.end()) return it->second;
+  const std::optional<Value> answer = query(Kernel);
+  if (!answer) {
+    (void)cudaGetLastError();
+    return fallback;
+  }
+  return answers[device] = *answer;
+}
+
+// The threads a block of the depthwise kernel instance `Kernel` under
+// DepthwiseTiling::blockThreads `requested`: itself, or for 0 what
+// cudaOccupancyMaxPotentialBlockSize gives (at most 512: the largest block that leaves the most
+// threads resident an SM for the instance's registers), 256 where it fails.
+template <auto Kernel>
+int depthwiseBlockThreads(int requested) {
+  if (requested != 0) return requested;
+  return askOncePerDevice<Kernel>(
+      [](auto kernel) -> std::optional<int> {
+        int minGrid = 0, block = 0;
+        if (cudaOccupancyMaxPotentialBlockSize(&minGrid, &block, kernel, 0, 512) != cudaSuccess ||
+            block < 32) {
+          return std::nullopt;
+        }
+        return block;
+      },
+      256);
+}
+
+// Whether the kernel instance `Kernel` runs on the current device without local memory (no
+// spills, no stack); false where the runtime cannot say.
+template <auto Kernel>
+bool spillsNothing() {
+  return askOncePerDevice<Kernel>(
+      [](auto kernel) -> std::optional<bool> {
+        cudaFuncAttributes attributes{};
+        if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess) return std::nullopt;
+        return attributes.localSizeBytes == 0;
+      },
+      false);
 }
 
 template <typename T, int V>

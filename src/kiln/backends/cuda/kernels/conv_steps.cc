@@ -1304,6 +1304,18 @@ class ConvStep final : public Step {
   }
 
   Status prepare(PrepareContext& prepare) override {
+    if (!useCudnn_ && choice_.depthwise &&
+        (choice_.tiling.blockThreads == 0 || choice_.tiling.capRegisters)) {
+      // The runtime queries these launches make, now rather than under graph capture.
+      const Context& c = prepare.context;
+      return cudaStatus(launchDepthwiseNhwc(problem_.geometry, problem_.type, c.address(*inputs[0]),
+                                            c.address(*inputs[1]),
+                                            problem_.hasBias ? c.address(*inputs[2]) : nullptr,
+                                            problem_.hasResidual ? c.address(*inputs[3]) : nullptr,
+                                            c.address(*outputs[0]), problem_.epilogue,
+                                            choice_.tiling, c.stream, /*queryOnly=*/true),
+                        "the depthwise convolution kernel's launch queries");
+    }
     if (!useCudnn_) return Status::ok();
     cudnnHandle_t handle = prepare.context.cudnn;
     // Tiers: everything cuDNN can fuse, then the bare convolution (kiln's epilogue kernel after
