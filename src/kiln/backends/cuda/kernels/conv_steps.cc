@@ -1307,13 +1307,7 @@ class ConvStep final : public Step {
     if (!useCudnn_ && choice_.depthwise &&
         (choice_.tiling.blockThreads == 0 || choice_.tiling.capRegisters)) {
       // The runtime queries these launches make, now rather than under graph capture.
-      const Context& c = prepare.context;
-      return cudaStatus(launchDepthwiseNhwc(problem_.geometry, problem_.type, c.address(*inputs[0]),
-                                            c.address(*inputs[1]),
-                                            problem_.hasBias ? c.address(*inputs[2]) : nullptr,
-                                            problem_.hasResidual ? c.address(*inputs[3]) : nullptr,
-                                            c.address(*outputs[0]), problem_.epilogue,
-                                            choice_.tiling, c.stream, /*queryOnly=*/true),
+      return cudaStatus(launchDepthwise(prepare.context, /*queryOnly=*/true),
                         "the depthwise convolution kernel's launch queries");
     }
     if (!useCudnn_) return Status::ok();
@@ -1454,8 +1448,7 @@ class ConvStep final : public Step {
                         "the transposed convolution kernel");
     }
     if (!useCudnn_ && choice_.depthwise) {
-      return cudaStatus(launchDepthwiseNhwc(problem_.geometry, problem_.type, x, w, bias, residual,
-                                            y, problem_.epilogue, choice_.tiling, context.stream),
+      return cudaStatus(launchDepthwise(context, /*queryOnly=*/false),
                         "the depthwise convolution kernel");
     }
     if (!useCudnn_) {
@@ -1509,6 +1502,15 @@ class ConvStep final : public Step {
       return name;
     }
     return problem_.transpose ? "kiln.convtranspose" : "kiln.conv";
+  }
+
+  // launchDepthwiseNhwc on the step's tensors in `context`.
+  cudaError_t launchDepthwise(const Context& context, bool queryOnly) const {
+    return launchDepthwiseNhwc(
+        problem_.geometry, problem_.type, context.address(*inputs[0]), context.address(*inputs[1]),
+        problem_.hasBias ? context.address(*inputs[2]) : nullptr,
+        problem_.hasResidual ? context.address(*inputs[3]) : nullptr, context.address(*outputs[0]),
+        problem_.epilogue, choice_.tiling, context.stream, queryOnly);
   }
 
   // The depthwise kernels' blocks for detail(): "256-thread", or the occupancy calculator's.
