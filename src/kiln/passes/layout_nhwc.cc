@@ -335,7 +335,7 @@ class LayoutRewrite {
     ir::Value* groupedTwin =
         reshapeBefore(twin, ir::Shape{x[0], x[2], x[3], grouped[1], grouped[2]}, *merge, *split);
     ir::Node* swap = graph_.insertNode("Transpose", merge);
-    swap->name = uniqueName(transpose->name + "_nhwc");
+    swap->name = names_.take(transpose->name + "_nhwc");
     swap->opsetVersion = transpose->opsetVersion;
     swap->attributes["perm"] = ir::Attribute{std::vector<int64_t>{0, 1, 2, 4, 3}};
     swap->inputs = {groupedTwin};
@@ -369,7 +369,7 @@ class LayoutRewrite {
   ir::Value* reshapeBefore(ir::Value* value, const ir::Shape& shape, const ir::Node& position,
                            const ir::Node& original) {
     ir::Node* reshape = graph_.insertNode("Reshape", &position);
-    reshape->name = uniqueName(original.name + "_nhwc");
+    reshape->name = names_.take(original.name + "_nhwc");
     reshape->opsetVersion = original.opsetVersion;
     ir::Value* out = newValue(original.outputs[0]->name + "_nhwc", value->dtype, shape);
     reshape->inputs = {value, shapeConstant(out->name + "_shape", shape)};
@@ -392,7 +392,7 @@ class LayoutRewrite {
   ir::Node* replaceWith(ir::Node& node, const std::string& opType, const std::string& domain,
                         const std::vector<ir::Value*>& inputs, bool twinOutputs = true) {
     ir::Node* nhwc = graph_.insertNode(opType, &node);
-    nhwc->name = uniqueName(node.name + "_nhwc");
+    nhwc->name = names_.take(node.name + "_nhwc");
     nhwc->domain = domain;
     nhwc->opsetVersion = node.opsetVersion;
     nhwc->attributes = node.attributes;
@@ -455,7 +455,7 @@ class LayoutRewrite {
                        const ir::Node* position, const std::string& name) {
     const bool reshape = movesOnlyUnitAxes(from->shape, perm);
     ir::Node* node = graph_.insertNode(reshape ? "Reshape" : "Transpose", position);
-    node->name = uniqueName(name);
+    node->name = names_.take(name);
     node->opsetVersion = graph_.opsetImports.count("") ? graph_.opsetImports.at("") : 18;
     node->inputs = {from};
     if (reshape) {
@@ -487,8 +487,6 @@ class LayoutRewrite {
     value->isInitializer = true;
     return value;
   }
-
-  std::string uniqueName(const std::string& base) { return names_.take(base); }
 
   // The layout changes nothing reads any more (every reader followed into NHWC), and exporter
   // Transposes to NCHW whose readers all took the twin instead. Backwards, so chains go at once.
