@@ -765,6 +765,9 @@ SecondPhase planSecondPhase(const knobs::RouteExpression& expression,
                             size_t maxRoutes) {
   SecondPhase plan;
   std::vector<std::string> small;  // significant, but below minGain
+  auto gainText = [](const knobs::KnobAxis& axis, const std::string& value, double gain) {
+    return fmt::format("{}={} ({:.2f}%)", axis.label(), value, 100 * gain);
+  };
   const TrialRecord* base = findRecord(records, expression.pinned.canonicalText());
   if (!eligible(base)) {
     plan.note = "the default route is not eligible, so no gain over it can be significant";
@@ -789,7 +792,7 @@ SecondPhase planSecondPhase(const knobs::RouteExpression& expression,
         if (gain >= minGain) {
           candidates.push_back({a, value, gain});
         } else {
-          small.push_back(fmt::format("{}={} ({:.2f}%)", axis.label(), value, 100 * gain));
+          small.push_back(gainText(axis, value, gain));
         }
       }
     }
@@ -814,8 +817,7 @@ SecondPhase planSecondPhase(const knobs::RouteExpression& expression,
         ++values[c.axis];
       } else {
         taken[i] = false;
-        capped.push_back(
-            fmt::format("{}={} ({:.2f}%)", expression.axes[c.axis].label(), c.value, 100 * c.gain));
+        capped.push_back(gainText(expression.axes[c.axis], c.value, c.gain));
       }
     }
   }
@@ -853,18 +855,15 @@ SecondPhase planSecondPhase(const knobs::RouteExpression& expression,
                                    "nothing to combine";
     if (!small.empty()) plan.note += fmt::format(" of at least {:.2f}%", 100 * minGain);
   }
-  if (!small.empty()) {
-    plan.note += fmt::format("{}{} significant gain{} below the {:.2f}% minimum left out: {}",
-                             plan.note.empty() ? "" : "; ", small.size(),
-                             small.size() == 1 ? "" : "s", 100 * minGain, fmt::join(small, ", "));
-  }
-  if (!capped.empty()) {
-    plan.note += fmt::format(
-        "{}{} significant gain{} left out to keep the product within {} "
-        "routes: {}",
-        plan.note.empty() ? "" : "; ", capped.size(), capped.size() == 1 ? "" : "s", maxRoutes,
-        fmt::join(capped, ", "));
-  }
+  // "N significant gain(s) <why>: a (x%), b (y%)" after the note so far.
+  auto leftOut = [&](const std::vector<std::string>& gains, const std::string& why) {
+    if (gains.empty()) return;
+    plan.note +=
+        fmt::format("{}{} significant gain{} {}: {}", plan.note.empty() ? "" : "; ", gains.size(),
+                    gains.size() == 1 ? "" : "s", why, fmt::join(gains, ", "));
+  };
+  leftOut(small, fmt::format("below the {:.2f}% minimum left out", 100 * minGain));
+  leftOut(capped, fmt::format("left out to keep the product within {} routes", maxRoutes));
   return plan;
 }
 
