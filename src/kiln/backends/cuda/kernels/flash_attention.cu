@@ -51,10 +51,11 @@
 // work on the short sequences (Swin's 49 keys need 64 either way as 2 x 32), and larger ones add
 // registers d = 128 cannot spare.
 //
-// Registers (ptxas for sm_90, 4 warps, no spills): d = 32: 118-128, d = 64: 164-167, d = 128:
+// Registers (ptxas for sm_90, 4 warps, no spills): d = 32: 118-126, d = 64: 164-167, d = 128:
 // 253-255, so 4, 3 and 2 CTAs an SM (minBlocks). The split-keys instances (kSplit) are compiled
-// apart, so these stay as they were; of them, d = 128 with K' spills 16 bytes (float16) and 48
-// (bfloat16) a thread at 4 warps (ptxas, CUDA 13.0, 2026-12-08). The mask's values of a full tile
+// apart, so these stay as they were; of them, d = 128 with K' has a 16-byte (float16) and 48-byte
+// (bfloat16) stack frame at 4 warps, 12 and 44 bytes of spill stores (ptxas, CUDA 13.0,
+// 2026-12-08). The mask's values of a full tile
 // are loaded ahead of Q · K^T, a word for two adjacent keys where the mask's columns are contiguous
 // and its rows 4-byte aligned (GPT-2's causal [1, 1, S, S], BERT's [B, 1, 1, S]); other masks and
 // the last, partial tile read them element by element.
